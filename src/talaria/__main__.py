@@ -1,0 +1,3 @@
+from talaria.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,25 @@
+"""Canonical JSON and digests (lifecycle.md section 1.2)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+def canonical_json(value: Any) -> bytes:
+    """UTF-8 bytes of the canonical JSON form: sorted keys, no spaces, no NaN, non-ASCII kept."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def sha256_hex(data: bytes | str) -> str:
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest(value: Any) -> str:
+    """Lowercase hex SHA-256 of the canonical JSON of ``value``."""
+    return sha256_hex(canonical_json(value))

@@ -1,0 +1,105 @@
+"""Every error that reaches a client: a stable ``code``, an HTTP status and a message for people.
+
+Hierarchy::
+
+    TalariaError                      code + status + message (+ optional headers)
+    ├── StoreUnavailable              503 store_unavailable, Retry-After: 1 (busy, I/O, failed audit insert)
+    └── SettingsError                 a broken hub setting (start-up error, not an HTTP answer)
+
+One exception class carries every code: the code decides the status through ``STATUS_BY_CODE``,
+so an answer's status can never drift from its code. Codes and the rule or limit that produces
+them are listed in ``STATUS_BY_CODE`` (rules) and ``talaria.limits`` (numeric limits).
+Messages never hold secrets, signatures or request bodies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+STATUS_BY_CODE: Mapping[str, int] = {
+    # request shape
+    "invalid_request": 400,
+    "idempotency_key_required": 400,
+    "idempotency_key_invalid": 400,
+    "weak_password": 400,
+    # Runtime API identity (lifecycle.md 6.2)
+    "proxy_identity_missing": 401,
+    "proxy_identity_invalid": 401,
+    "proxy_timestamp_skew": 401,
+    "proxy_signature_invalid": 401,
+    # web sessions (web-api.md 2)
+    "unauthenticated": 401,
+    "invalid_credentials": 401,
+    "peer_not_allowed": 403,
+    "role_forbidden": 403,
+    "self_approval_forbidden": 403,
+    "csrf_failed": 403,
+    "admin_required": 403,
+    "not_author": 403,
+    "not_found": 404,
+    "job_not_found": 404,
+    "method_not_allowed": 405,
+    "payload_too_large": 413,
+    # state conflicts (lifecycle.md 4-7)
+    "dispatch_missing": 409,
+    "not_approved": 409,
+    "already_leased": 409,
+    "invalid_transition": 409,
+    "lease_expired": 409,
+    "stale_lease": 409,
+    "lease_mismatch": 409,
+    "terminal_conflict": 409,
+    "reconcile_rejected": 409,
+    "account_exists": 409,
+    "idempotency_key_reused": 422,
+    "login_throttled": 429,
+    "internal_error": 500,
+    "store_unavailable": 503,
+}
+
+# binding_mismatch is 403 for tenant/principal differences and 409 otherwise (lifecycle.md 6.3).
+_DUAL_STATUS = {"binding_mismatch"}
+
+
+class TalariaError(Exception):
+    """An error with a stable code. ``status`` follows from the code unless the code has two."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        status: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        if code in _DUAL_STATUS:
+            if status is None:
+                raise ValueError(f"{code} needs an explicit status")
+        elif code not in STATUS_BY_CODE:
+            raise ValueError(f"unknown error code {code!r}")
+        self.code = code
+        self.message = message
+        self.status = status if status is not None else STATUS_BY_CODE[code]
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, str]:
+        return {"code": self.code, "error": self.message}
+
+    def __repr__(self) -> str:
+        return f"TalariaError({self.code!r}, {self.message!r}, status={self.status})"
+
+
+class StoreUnavailable(TalariaError):
+    """The store could not commit (busy after the timeout, I/O error, failed audit/evidence insert)."""
+
+    def __init__(self, message: str = "the store is unavailable; retry") -> None:
+        super().__init__("store_unavailable", message, headers={"Retry-After": "1"})
+
+
+class SettingsError(Exception):
+    """A broken hub setting; the message names the key. Raised before any socket is bound."""
+
+
+def all_codes() -> frozenset[str]:
+    return frozenset(STATUS_BY_CODE) | _DUAL_STATUS

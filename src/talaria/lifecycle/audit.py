@@ -1,0 +1,176 @@
+"""The hash-chained audit log (lifecycle.md 8): append inside the change's transaction, verify.
+
+``hash = sha256_hex(prev_hash + "\\n" + C)`` where C is the canonical JSON of the event without
+``prev_hash`` and ``hash``; each row stores C, so verification rehashes the stored bytes and also
+checks that the row's columns agree with C.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from talaria.canonical import canonical_json, sha256_hex
+from talaria.clock import rfc3339
+from talaria.errors import StoreUnavailable
+from talaria.ids import mint
+from talaria.lifecycle.actor import Actor
+from talaria.lifecycle.binding import Binding
+from talaria.store.interface import Store, Tx
+
+GENESIS = "0" * 64
+
+
+@dataclass(frozen=True)
+class Subject:
+    task: str | None
+    dispatch: str | None = None
+    job: str | None = None
+
+
+def append(
+    tx: Tx,
+    *,
+    now_ms: int,
+    type: str,
+    tenant: str,
+    actor: Actor,
+    subject: Subject,
+    binding: Binding | None = None,
+    from_state: str | None = None,
+    to_state: str | None = None,
+    revision_before: int | None = None,
+    revision_after: int | None = None,
+    lease_id: str | None = None,
+    lease_epoch: int | None = None,
+    idempotency_key_hash: str | None = None,
+    request_digest: str | None = None,
+    reason_code: str | None = None,
+) -> str:
+    """Append one event after the chain head; returns its ``event_id``. Raises on any failure."""
+    head = tx.one("audit_head_get")
+    if head is None:
+        raise StoreUnavailable("the audit chain head is missing")
+    seq = int(head["seq"]) + 1
+    event_id = mint("evt", now_ms)
+    event: dict[str, Any] = {
+        "event_id": event_id,
+        "seq": seq,
+        "occurred_at": rfc3339(now_ms),
+        "type": type,
+        "tenant": tenant,
+        "actor": actor.as_json(),
+        "subject": {"task": subject.task, "dispatch": subject.dispatch, "job": subject.job},
+        "binding": binding.as_dict() if binding is not None else None,
+        "from_state": from_state,
+        "to_state": to_state,
+        "revision_before": revision_before,
+        "revision_after": revision_after,
+        "lease_id": lease_id,
+        "lease_epoch": lease_epoch,
+        "idempotency_key_hash": idempotency_key_hash,
+        "request_digest": request_digest,
+        "outcome": "applied",
+        "reason_code": reason_code,
+    }
+    body = canonical_json(event).decode("utf-8")
+    digest = sha256_hex(head["hash"] + "\n" + body)
+    tx.run(
+        "audit_insert",
+        seq=seq,
+        event_id=event_id,
+        occurred_at=now_ms,
+        type=type,
+        tenant=tenant,
+        task_id=subject.task,
+        dispatch_id=subject.dispatch,
+        job_id=subject.job,
+        from_state=from_state,
+        to_state=to_state,
+        revision_before=revision_before,
+        revision_after=revision_after,
+        lease_epoch=lease_epoch,
+        reason_code=reason_code,
+        body=body,
+        prev_hash=head["hash"],
+        hash=digest,
+    )
+    if tx.run("audit_head_set", seq=seq, hash=digest, expected_seq=head["seq"]) != 1:
+        raise StoreUnavailable("the audit chain head moved during the transaction")
+    return event_id
+
+
+@dataclass(frozen=True)
+class ChainReport:
+    ok: bool
+    events: int
+    head: str
+    broken_at: int | None = None
+    reason: str | None = None
+
+    def line(self) -> str:
+        if self.ok:
+            return f"audit chain OK: {self.events} events, head {self.head}"
+        return f"audit chain BROKEN at seq {self.broken_at}: {self.reason}"
+
+
+# Row columns that must agree with the stored canonical body.
+_COLUMNS = {
+    "event_id": "event_id",
+    "seq": "seq",
+    "type": "type",
+    "tenant": "tenant",
+    "from_state": "from_state",
+    "to_state": "to_state",
+    "revision_before": "revision_before",
+    "revision_after": "revision_after",
+    "lease_epoch": "lease_epoch",
+    "reason_code": "reason_code",
+}
+
+
+def _columns_agree(row: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
+    if any(row[col] != event.get(key) for col, key in _COLUMNS.items()):
+        return False
+    subject = event.get("subject") or {}
+    if (row["task_id"], row["dispatch_id"], row["job_id"]) != (
+        subject.get("task"),
+        subject.get("dispatch"),
+        subject.get("job"),
+    ):
+        return False
+    return bool(rfc3339(row["occurred_at"]) == event.get("occurred_at"))
+
+
+def verify(store: Store, *, batch: int = 5000) -> ChainReport:
+    """Recompute the whole chain; report the first broken link."""
+    prev, expected_seq, count = GENESIS, 1, 0
+    after = 0
+    while True:
+        with store.read() as tx:
+            rows = tx.all("audit_scan", after_seq=after, limit=batch)
+        if not rows:
+            break
+        for row in rows:
+            seq = int(row["seq"])
+            if seq != expected_seq:
+                return ChainReport(False, count, prev, expected_seq, "seq_gap")
+            if row["prev_hash"] != prev:
+                return ChainReport(False, count, prev, seq, "prev_hash_mismatch")
+            body = row["body"]
+            if sha256_hex(prev + "\n" + body) != row["hash"]:
+                return ChainReport(False, count, prev, seq, "hash_mismatch")
+            try:
+                event = json.loads(body)
+            except ValueError:
+                return ChainReport(False, count, prev, seq, "hash_mismatch")
+            if not _columns_agree(row, event):
+                return ChainReport(False, count, prev, seq, "hash_mismatch")
+            prev, expected_seq, count, after = row["hash"], seq + 1, count + 1, seq
+    with store.read() as tx:
+        head = tx.one("audit_head_get")
+    if head is not None and (int(head["seq"]) != count or head["hash"] != prev):
+        return ChainReport(False, count, prev, count + 1, "seq_gap")
+    return ChainReport(True, count, prev)

@@ -1,0 +1,84 @@
+"""Start-up recovery (lifecycle.md 10), run before the listener opens."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import structlog
+
+from talaria.errors import TalariaError
+from talaria.lifecycle.actor import Actor
+from talaria.lifecycle.context import Context
+from talaria.lifecycle.expiry import expire_all_due, expire_due
+from talaria.lifecycle.tasks import dispatch_in
+from talaria.store import migrations
+from talaria.store.interface import Tx
+
+log = structlog.get_logger("talaria.lifecycle")
+
+
+class RecoveryError(Exception):
+    """Start-up must stop: the store is not migrated, or invariant I6 is broken."""
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    dispatched: int
+    expired: int
+    pruned_keys: int
+    audit_head_seq: int
+
+
+def recover(ctx: Context) -> RecoveryReport:
+    principal = ctx.settings.lifecycle_dispatcher_principal
+    actor = Actor(principal, frozenset({"runtime"}), "recovery")
+    missing = migrations.pending(ctx.store)
+    if missing:
+        raise RecoveryError(
+            "the database needs migrations ("
+            + ", ".join(f"{name}: {n} pending" for name, n in missing.items())
+            + "); run: talaria db upgrade"
+        )
+    with ctx.store.read() as tx:
+        head = tx.one("audit_head_get")
+        undispatched = tx.all("task_approved_undispatched")
+    dispatched = 0
+    for task in undispatched:
+        guard = Actor(principal, frozenset({"runtime"}), "recovery", tenant=task["tenant"])
+        ctx.write(functools.partial(_dispatch_one, ctx, guard, task["tenant"], task["id"]))
+        dispatched += 1
+    expired = ctx.write(
+        lambda tx, now, signals: expire_all_due(
+            tx, now, actor=actor, reason="lease_expired_on_recovery", limit=2**31 - 1, signals=signals
+        )
+    )
+    with ctx.store.read() as tx:
+        broken = tx.all("job_terminal_unreconciled")
+    if broken:
+        raise RecoveryError(
+            "invariant I6 is broken: terminal jobs without a matching reconciliation: "
+            + ", ".join(row["id"] for row in broken)
+        )
+    pruned = ctx.write(lambda tx, now, signals: tx.run("idempotency_prune", now=now))
+    report = RecoveryReport(dispatched, expired, pruned, int(head["seq"]) if head else 0)
+    log.info("recovery_done", **report.__dict__)
+    return report
+
+
+def _dispatch_one(
+    ctx: Context, actor: Actor, tenant: str, task_id: str, tx: Tx, now: int, signals: list[tuple[str, str]]
+) -> object:
+    return dispatch_in(ctx, tx, now, actor, tenant, task_id, signals)
+
+
+def sweep(ctx: Context) -> int:
+    """One reaper tick: expire due leases, prune idempotency keys, run the WAL guard."""
+    actor = Actor(ctx.settings.lifecycle_dispatcher_principal, frozenset({"runtime"}), "reaper")
+    count = expire_due(ctx, actor)
+    ctx.write(lambda tx, now, signals: tx.run("idempotency_prune", now=now))
+    try:
+        ctx.store.maintain()
+    except TalariaError as exc:  # upkeep must never stop the reaper
+        log.warning("store_maintenance_failed", code=exc.code)
+    return count

@@ -1,0 +1,50 @@
+"""Every numeric limit, with the error code it produces when exceeded (DESIGN.md principle 8)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+KIB: Final = 1024
+MIB: Final = 1024 * KIB
+
+# HTTP bodies: web API and Runtime API (web-api.md 1, lifecycle.md 6.4) -> 413 payload_too_large
+MAX_BODY_BYTES: Final = 1 * MIB
+# Heartbeat progress, canonical JSON size (lifecycle.md 6.4) -> 400 invalid_request
+MAX_PROGRESS_BYTES: Final = 4 * KIB
+# Runtime API: cancel reason length (lifecycle.md 6.4) -> 400 invalid_request
+MAX_CANCEL_REASON_CHARS: Final = 1024
+# Binding fields: 1-256 characters each (lifecycle.md 2) -> 400 invalid_request
+MAX_BINDING_FIELD_CHARS: Final = 256
+# Identity header values (lifecycle.md 6.2) -> 401 proxy_identity_invalid
+MAX_IDENTITY_CHARS: Final = 256
+# Proxy timestamp skew in seconds (lifecycle.md 6.2) -> 401 proxy_timestamp_skew
+MAX_PROXY_SKEW_S: Final = 60
+# Minimum proxy secret length in UTF-8 bytes (lifecycle.md 1.1) -> start-up error
+MIN_PROXY_SECRET_BYTES: Final = 32
+# Idempotency-Key: 1-255 of [A-Za-z0-9_:-] (lifecycle.md 6.6) -> 400 idempotency_key_invalid
+MAX_IDEMPOTENCY_KEY_CHARS: Final = 255
+# Discovery page size 1-100, default 20 (lifecycle.md 6.4) -> 400 invalid_request
+MAX_DISCOVERY_LIMIT: Final = 100
+DEFAULT_DISCOVERY_LIMIT: Final = 20
+# Reaper: due jobs expired per transaction (lifecycle.md 5)
+REAPER_BATCH: Final = 100
+# Worker instance: 1-128 of [A-Za-z0-9._:-] -> 400 invalid_request
+MAX_WORKER_INSTANCE_CHARS: Final = 128
+# Fail error code [a-z0-9_.]{1,64} -> 400 invalid_request
+MAX_ERROR_CODE_CHARS: Final = 64
+
+# Web API (web-api.md)
+MAX_TASK_TITLE_CHARS: Final = 200  # -> 400 invalid_request
+MAX_TASK_PROMPT_CHARS: Final = 200_000  # -> 400 invalid_request
+MAX_REJECT_REASON_CHARS: Final = 1000  # -> 400 invalid_request
+MAX_USERNAME_CHARS: Final = 64  # -> 400 invalid_request
+MIN_PASSWORD_CHARS: Final = 12  # -> 400 weak_password
+MAX_PASSWORD_CHARS: Final = 1024  # -> 400 weak_password
+MAX_LIST_LIMIT: Final = 100  # -> 400 invalid_request
+DEFAULT_LIST_LIMIT: Final = 50
+# Login throttling: failures per window, per account and per peer (web-api.md 2) -> 429 login_throttled
+LOGIN_MAX_FAILURES: Final = 5
+LOGIN_WINDOW_S: Final = 300
+# Web sessions: idle and absolute lifetime (web-api.md 2) -> 401 unauthenticated
+SESSION_IDLE_S: Final = 12 * 3600
+SESSION_MAX_S: Final = 7 * 24 * 3600

@@ -1,0 +1,256 @@
+"""Hub settings (lifecycle.md 1.1): flags, then environment, then a TOML file, then defaults.
+
+Every key ``a.b`` can be set by ``TALARIA_A_B``. Settings are read at the edges (the CLI and tests)
+and passed to the app factory as one frozen ``Settings`` object; nothing reads them globally.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from talaria.errors import SettingsError
+from talaria.limits import MIN_PROXY_SECRET_BYTES
+
+
+@dataclass(frozen=True)
+class ProfileOverride:
+    max_lease_life_s: int | None = None
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path = Path("./talaria-data")
+    hub_host: str = "127.0.0.1"
+    hub_port: int = 8700
+    hub_public_url: str = ""
+    runtime_api_enabled: bool = False
+    runtime_api_proxy_secret: str = field(default="", repr=False)
+    runtime_api_allow_remote_proxy: bool = False
+    approval_allow_self_approval: bool = False
+    lifecycle_lease_ttl_s: int = 30
+    lifecycle_heartbeat_interval_s: int = 10
+    lifecycle_reaper_interval_s: int = 5
+    lifecycle_max_lease_life_s: int = 3600
+    lifecycle_max_attempts: int = 3
+    lifecycle_idempotency_retention_s: int = 86400
+    lifecycle_dispatcher_principal: str = "talaria-hub"
+    security_event_rate_per_minute: int = 60
+    database_url: str = ""
+    storage_sqlite_busy_timeout_ms: int = 5000
+    storage_sqlite_wal_limit_bytes: int = 67_108_864
+    metrics_public: bool = False
+    profiles: Mapping[str, ProfileOverride] = field(default_factory=dict)
+
+    @property
+    def public_url(self) -> str:
+        """``hub.public_url``, defaulting to ``http://<host>:<port>``."""
+        if self.hub_public_url:
+            return self.hub_public_url.rstrip("/")
+        host = f"[{self.hub_host}]" if ":" in self.hub_host else self.hub_host
+        return f"http://{host}:{self.hub_port}"
+
+    @property
+    def public_origin(self) -> str:
+        parts = urlsplit(self.public_url)
+        return f"{parts.scheme}://{parts.netloc}"
+
+    @property
+    def sqlite_path(self) -> Path:
+        return self.data_dir / "talaria.sqlite3"
+
+    def max_attempts_for(self, cell: str, profile: str) -> int:
+        override = self.profiles.get(f"{cell}/{profile}")
+        if override and override.max_attempts is not None:
+            return override.max_attempts
+        return self.lifecycle_max_attempts
+
+    def max_life_for(self, cell: str, profile: str) -> int:
+        override = self.profiles.get(f"{cell}/{profile}")
+        if override and override.max_lease_life_s is not None:
+            return override.max_lease_life_s
+        return self.lifecycle_max_lease_life_s
+
+
+# dotted key -> (Settings attribute, kind)
+KEYS: dict[str, tuple[str, type]] = {
+    "data_dir": ("data_dir", Path),
+    "hub.host": ("hub_host", str),
+    "hub.port": ("hub_port", int),
+    "hub.public_url": ("hub_public_url", str),
+    "runtime_api.enabled": ("runtime_api_enabled", bool),
+    "runtime_api.proxy_secret": ("runtime_api_proxy_secret", str),
+    "runtime_api.allow_remote_proxy": ("runtime_api_allow_remote_proxy", bool),
+    "approval.allow_self_approval": ("approval_allow_self_approval", bool),
+    "lifecycle.lease_ttl_s": ("lifecycle_lease_ttl_s", int),
+    "lifecycle.heartbeat_interval_s": ("lifecycle_heartbeat_interval_s", int),
+    "lifecycle.reaper_interval_s": ("lifecycle_reaper_interval_s", int),
+    "lifecycle.max_lease_life_s": ("lifecycle_max_lease_life_s", int),
+    "lifecycle.max_attempts": ("lifecycle_max_attempts", int),
+    "lifecycle.idempotency_retention_s": ("lifecycle_idempotency_retention_s", int),
+    "lifecycle.dispatcher_principal": ("lifecycle_dispatcher_principal", str),
+    "security.event_rate_per_minute": ("security_event_rate_per_minute", int),
+    "database.url": ("database_url", str),
+    "storage.sqlite_busy_timeout_ms": ("storage_sqlite_busy_timeout_ms", int),
+    "storage.sqlite_wal_limit_bytes": ("storage_sqlite_wal_limit_bytes", int),
+    "metrics.public": ("metrics_public", bool),
+}
+
+_TRUE = {"true", "on", "1"}
+_FALSE = {"false", "off", "0"}
+
+
+def env_name(key: str) -> str:
+    return "TALARIA_" + key.upper().replace(".", "_")
+
+
+def _coerce(key: str, kind: type, value: Any) -> Any:
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise SettingsError(f"{key} must be one of true/false/on/off/1/0")
+    if kind is int:
+        if isinstance(value, bool):
+            raise SettingsError(f"{key} must be an integer")
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if not text.lstrip("-").isdigit():
+            raise SettingsError(f"{key} must be an integer")
+        return int(text)
+    if kind is Path:
+        if not isinstance(value, str | Path) or not str(value):
+            raise SettingsError(f"{key} must be a path")
+        return Path(value)
+    if not isinstance(value, str):
+        raise SettingsError(f"{key} must be a string")
+    return value
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in table.items():
+        key = f"{prefix}{name}"
+        if key == "profiles":
+            continue
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, key + "."))
+        else:
+            out[key] = value
+    return out
+
+
+def _profiles(table: Any) -> dict[str, ProfileOverride]:
+    if table is None:
+        return {}
+    if not isinstance(table, Mapping):
+        raise SettingsError('profiles must be a table of "<source>/<profile>" entries')
+    out: dict[str, ProfileOverride] = {}
+    for name, entry in table.items():
+        if not isinstance(entry, Mapping) or "/" not in name:
+            raise SettingsError(f'profiles."{name}" must be a table named "<source>/<profile>"')
+        unknown = set(entry) - {"max_lease_life_s", "max_attempts"}
+        if unknown:
+            raise SettingsError(f'profiles."{name}".{sorted(unknown)[0]} is not a setting')
+        values = {k: _coerce(f'profiles."{name}".{k}', int, v) for k, v in entry.items()}
+        out[name] = ProfileOverride(**values)
+    return out
+
+
+def load_settings(
+    *,
+    flags: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
+) -> Settings:
+    """Merge the sources by precedence and validate; raises ``SettingsError`` naming the key."""
+    values: dict[str, Any] = {}
+    profiles: dict[str, ProfileOverride] = {}
+    if config_file is not None:
+        try:
+            table = tomllib.loads(config_file.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise SettingsError(f"cannot read settings file {config_file}: {exc}") from exc
+        profiles = _profiles(table.get("profiles"))
+        for key, value in _flatten(table).items():
+            if key not in KEYS:
+                raise SettingsError(f"{key} is not a setting (in {config_file})")
+            values[key] = _coerce(key, KEYS[key][1], value)
+    for key, (_, kind) in KEYS.items():
+        raw = (environ or {}).get(env_name(key))
+        if raw is not None and raw != "":
+            values[key] = _coerce(key, kind, raw)
+    for key, value in (flags or {}).items():
+        if key not in KEYS:
+            raise SettingsError(f"{key} is not a setting")
+        if value is not None:
+            values[key] = _coerce(key, KEYS[key][1], value)
+    settings = Settings(**{KEYS[k][0]: v for k, v in values.items()}, profiles=profiles)
+    validate(settings)
+    return settings
+
+
+def validate(s: Settings) -> None:
+    """The rules of lifecycle.md 1.1; raises ``SettingsError`` with one line naming the key."""
+    if s.runtime_api_enabled and len(s.runtime_api_proxy_secret.encode("utf-8")) < MIN_PROXY_SECRET_BYTES:
+        raise SettingsError(
+            "runtime_api.proxy_secret must be at least 32 bytes when runtime_api.enabled is true"
+        )
+    positive = {
+        "lifecycle.lease_ttl_s": s.lifecycle_lease_ttl_s,
+        "lifecycle.heartbeat_interval_s": s.lifecycle_heartbeat_interval_s,
+        "lifecycle.reaper_interval_s": s.lifecycle_reaper_interval_s,
+        "security.event_rate_per_minute": s.security_event_rate_per_minute,
+        "storage.sqlite_wal_limit_bytes": s.storage_sqlite_wal_limit_bytes,
+    }
+    for key, value in positive.items():
+        if value < 1:
+            raise SettingsError(f"{key} must be at least 1")
+    if s.storage_sqlite_busy_timeout_ms < 0:
+        raise SettingsError("storage.sqlite_busy_timeout_ms must not be negative")
+    if not 0 <= s.hub_port <= 65535:
+        raise SettingsError("hub.port must be between 0 and 65535")
+    if s.lifecycle_heartbeat_interval_s >= s.lifecycle_lease_ttl_s:
+        raise SettingsError("lifecycle.heartbeat_interval_s must be less than lifecycle.lease_ttl_s")
+    lives = {"lifecycle.max_lease_life_s": s.lifecycle_max_lease_life_s} | {
+        f'profiles."{n}".max_lease_life_s': p.max_lease_life_s
+        for n, p in s.profiles.items()
+        if p.max_lease_life_s is not None
+    }
+    for key, life in lives.items():
+        if life < s.lifecycle_lease_ttl_s:
+            raise SettingsError(f"{key} must be at least lifecycle.lease_ttl_s")
+    attempts = {"lifecycle.max_attempts": s.lifecycle_max_attempts} | {
+        f'profiles."{n}".max_attempts': p.max_attempts
+        for n, p in s.profiles.items()
+        if p.max_attempts is not None
+    }
+    for key, value in attempts.items():
+        if value < 1:
+            raise SettingsError(f"{key} must be at least 1")
+    longest = max(lives.values())
+    if s.lifecycle_idempotency_retention_s < max(86400, longest + s.lifecycle_lease_ttl_s):
+        raise SettingsError(
+            "lifecycle.idempotency_retention_s must be at least 86400 and at least "
+            "the longest max_lease_life_s plus lifecycle.lease_ttl_s"
+        )
+    if not s.lifecycle_dispatcher_principal:
+        raise SettingsError("lifecycle.dispatcher_principal must not be empty")
+    if s.hub_public_url:
+        parts = urlsplit(s.hub_public_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise SettingsError("hub.public_url must be an http:// or https:// URL")
+    elif s.hub_host in ("0.0.0.0", "::", ""):  # noqa: S104 - this is the refusal of a wildcard host
+        raise SettingsError("hub.public_url must be set when hub.host is a wildcard address")
+    if s.database_url and not s.database_url.startswith(("postgresql://", "postgres://")):
+        raise SettingsError("database.url must be empty (SQLite) or a postgresql:// URL")

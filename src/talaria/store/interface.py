@@ -1,0 +1,58 @@
+"""The store contract the lifecycle engine and the hub depend on.
+
+A backend offers write transactions (serialised: ``BEGIN IMMEDIATE`` on SQLite) and read
+transactions (a consistent snapshot). Inside a transaction, queries are named blocks loaded from
+the backend's ``.sql`` files (``talaria.store.queries``); parameters are passed by name. Every
+driver error becomes ``StoreUnavailable`` at the backend boundary; a ``TalariaError`` raised by
+the caller inside a transaction rolls it back and propagates unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+Row = dict[str, Any]
+# Called with a query name (or "commit") before it runs; a test may raise to inject a fault.
+FaultHook = Callable[[str], None]
+
+
+class Tx(Protocol):
+    def one(self, query: str, /, **params: Any) -> Row | None:
+        """Run a named query and return its first row, or None."""
+        ...
+
+    def all(self, query: str, /, **params: Any) -> list[Row]:
+        """Run a named query and return every row."""
+        ...
+
+    def run(self, query: str, /, **params: Any) -> int:
+        """Run a named statement and return the number of rows it changed."""
+        ...
+
+    def script(self, sql: str, /) -> None:
+        """Run a migration script (several statements) inside this transaction."""
+        ...
+
+
+class Store(Protocol):
+    dialect: str
+
+    def write(self) -> AbstractContextManager[Tx]:
+        """One serialised write transaction: commit on normal exit, roll back on any exception."""
+        ...
+
+    def read(self) -> AbstractContextManager[Tx]:
+        """A read-only snapshot."""
+        ...
+
+    def ping(self) -> bool:
+        """True when the store answers a trivial query."""
+        ...
+
+    def maintain(self) -> None:
+        """Periodic upkeep run by the reaper (the SQLite WAL guard)."""
+        ...
+
+    def close(self) -> None: ...

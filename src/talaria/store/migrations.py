@@ -1,0 +1,96 @@
+"""Numbered SQL migrations per dialect and set (lifecycle.md 9.3).
+
+Files: ``migrations/<dialect>/<set>/NNNN_<name>.up.sql`` and ``.down.sql``. Sets: ``core`` (tenants,
+accounts, sessions, tasks, dispatches, audit) and ``lifecycle`` (jobs and their records). Versions are
+tracked in ``schema_version(migration_set, version)``. Each step runs in one write transaction.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from talaria.store.interface import Store
+
+SETS = ("core", "lifecycle")
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.(up|down)\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    set_name: str
+    version: int
+    name: str
+    up: str
+    down: str
+
+
+def available(dialect: str, set_name: str) -> list[Migration]:
+    folder = resources.files("talaria.store") / "migrations" / dialect / set_name
+    parts: dict[int, dict[str, str]] = {}
+    names: dict[int, str] = {}
+    for item in folder.iterdir():
+        match = _FILE.match(item.name)
+        if not match:
+            continue
+        version = int(match.group(1))
+        names[version] = match.group(2)
+        parts.setdefault(version, {})[match.group(3)] = item.read_text(encoding="utf-8")
+    out = []
+    for expected, version in enumerate(sorted(parts), start=1):
+        if version != expected or set(parts[version]) != {"up", "down"}:
+            raise ValueError(f"{dialect}/{set_name}: migration {version:04d} is missing or incomplete")
+        out.append(Migration(set_name, version, names[version], parts[version]["up"], parts[version]["down"]))
+    return out
+
+
+def current(store: Store) -> dict[str, int]:
+    """The applied version of each set (0 when never applied)."""
+    with store.write() as tx:
+        tx.run("schema_version_create")
+    with store.read() as tx:
+        rows = tx.all("schema_version_list")
+    versions = {name: 0 for name in SETS}
+    versions.update({row["migration_set"]: row["version"] for row in rows})
+    return versions
+
+
+def latest(store: Store) -> dict[str, int]:
+    return {name: len(available(store.dialect, name)) for name in SETS}
+
+
+def upgrade(store: Store, set_name: str | None = None) -> list[str]:
+    """Apply every pending migration (of one set, or of all); returns what was applied."""
+    applied: list[str] = []
+    for name in [set_name] if set_name else list(SETS):
+        have = current(store)[name]
+        for migration in available(store.dialect, name)[have:]:
+            with store.write() as tx:
+                tx.script(migration.up)
+                tx.run("schema_version_set", migration_set=name, version=migration.version)
+            applied.append(f"{name} {migration.version:04d}_{migration.name}")
+    return applied
+
+
+def downgrade(store: Store, set_name: str, to_version: int) -> list[str]:
+    """Undo migrations of one set down to ``to_version`` (destructive)."""
+    if set_name not in SETS:
+        raise ValueError(f"unknown migration set {set_name!r} (sets: {', '.join(SETS)})")
+    if set_name == "core" and current(store)["lifecycle"] > 0 and to_version == 0:
+        raise ValueError("downgrade the lifecycle set to 0 before removing the core set")
+    have = current(store)[set_name]
+    if to_version < 0 or to_version > have:
+        raise ValueError(f"{set_name} is at version {have}; cannot downgrade to {to_version}")
+    undone: list[str] = []
+    for migration in reversed(available(store.dialect, set_name)[to_version:have]):
+        with store.write() as tx:
+            tx.script(migration.down)
+            tx.run("schema_version_set", migration_set=set_name, version=migration.version - 1)
+        undone.append(f"{set_name} {migration.version:04d}_{migration.name}")
+    return undone
+
+
+def pending(store: Store) -> dict[str, int]:
+    have, want = current(store), latest(store)
+    return {name: want[name] - have[name] for name in SETS if want[name] != have[name]}

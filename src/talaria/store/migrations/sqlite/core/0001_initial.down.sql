@@ -1,0 +1,9 @@
+DROP TABLE audit_head;
+DROP TRIGGER audit_event_no_delete;
+DROP TRIGGER audit_event_no_update;
+DROP TABLE audit_event;
+DROP TABLE dispatch;
+DROP TABLE task;
+DROP TABLE web_session;
+DROP TABLE account;
+DROP TABLE tenant;

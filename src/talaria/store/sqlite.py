@@ -1,0 +1,199 @@
+"""SQLite backend (lifecycle.md 9.1): WAL, synchronous=FULL, explicit BEGIN IMMEDIATE, one writer.
+
+The only module that imports ``sqlite3`` for the hub's store. Driver errors become
+``StoreUnavailable`` here: busy after the timeout, I/O errors and constraint failures all roll the
+transaction back and answer 503, never a partial effect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import sqlite3
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from talaria.errors import StoreUnavailable, TalariaError
+from talaria.store.interface import FaultHook, Row
+from talaria.store.queries import Query, load
+
+log = structlog.get_logger("talaria.store")
+
+
+class _SQLiteTx:
+    def __init__(self, conn: sqlite3.Connection, queries: dict[str, Query], fault: FaultHook | None) -> None:
+        self._conn = conn
+        self._queries = queries
+        self._fault = fault
+
+    def _execute(self, query: str, params: dict[str, Any]) -> sqlite3.Cursor:
+        if self._fault is not None:
+            self._fault(query)
+        return self._conn.execute(self._queries[query].sql, params)
+
+    def one(self, query: str, /, **params: Any) -> Row | None:
+        cur = self._execute(query, params)
+        row = cur.fetchone()
+        if row is None:
+            return None
+        return {d[0]: v for d, v in zip(cur.description, row, strict=True)}
+
+    def all(self, query: str, /, **params: Any) -> list[Row]:
+        cur = self._execute(query, params)
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def run(self, query: str, /, **params: Any) -> int:
+        return self._execute(query, params).rowcount
+
+    def script(self, sql: str, /) -> None:
+        for statement in split_statements(sql):
+            self._conn.execute(statement)
+
+
+def split_statements(sql: str) -> list[str]:
+    """Split a script into complete statements (trigger bodies kept whole)."""
+    statements: list[str] = []
+    buffer = ""
+    for line in sql.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip() and not all(
+        not part.strip() or part.strip().startswith("--") for part in buffer.splitlines()
+    ):
+        raise ValueError("incomplete SQL statement at the end of a script")
+    return statements
+
+
+class SQLiteStore:
+    """The embedded default store. Thread-safe: one writer connection behind a lock, pooled readers."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path: Path, *, busy_timeout_ms: int = 5000, wal_limit_bytes: int = 67_108_864) -> None:
+        self.path = path
+        self._busy_timeout_ms = busy_timeout_ms
+        self._wal_limit = wal_limit_bytes
+        self._queries = load("sqlite")
+        self._write_lock = threading.Lock()
+        self._readers: queue.LifoQueue[sqlite3.Connection] = queue.LifoQueue()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self._closed = False
+        # A test-only seam: called before each named query and before COMMIT of write transactions.
+        self.fault_hook: FaultHook | None = None
+        self._writer = self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=self._busy_timeout_ms / 1000
+            )
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                conn.close()
+                raise StoreUnavailable(
+                    f"cannot enable WAL on {self.path} (journal_mode={mode}); "
+                    "the data directory must be on a local filesystem"
+                )
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
+            conn.execute("PRAGMA foreign_keys=ON")
+            if sys.platform == "darwin":
+                conn.execute("PRAGMA fullfsync=ON")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open the database {self.path}: {exc}") from exc
+        with self._all_lock:
+            self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def write(self) -> Iterator[_SQLiteTx]:
+        with self._write_lock:
+            if self._closed:
+                raise StoreUnavailable("the store is closed")
+            conn = self._writer
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                log.warning("store_begin_failed", error=str(exc))
+                raise StoreUnavailable() from exc
+            tx = _SQLiteTx(conn, self._queries, self.fault_hook)
+            try:
+                yield tx
+                if self.fault_hook is not None:
+                    self.fault_hook("commit")
+                conn.execute("COMMIT")
+            except TalariaError:
+                self._rollback(conn)
+                raise
+            except sqlite3.Error as exc:
+                self._rollback(conn)
+                log.warning("store_write_failed", error=str(exc))
+                raise StoreUnavailable() from exc
+            except BaseException:
+                self._rollback(conn)
+                raise
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection) -> None:
+        try:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:  # the connection is unusable; the next BEGIN will say so
+            log.error("store_rollback_failed", error=str(exc))
+
+    @contextmanager
+    def read(self) -> Iterator[_SQLiteTx]:
+        if self._closed:
+            raise StoreUnavailable("the store is closed")
+        try:
+            conn = self._readers.get_nowait()
+        except queue.Empty:
+            conn = self._connect()
+        try:
+            conn.execute("BEGIN")
+            yield _SQLiteTx(conn, self._queries, None)
+        except sqlite3.Error as exc:
+            log.warning("store_read_failed", error=str(exc))
+            raise StoreUnavailable() from exc
+        finally:
+            self._rollback(conn)
+            self._readers.put(conn)
+
+    def ping(self) -> bool:
+        try:
+            with self.read() as tx:
+                return tx.one("schema_ping") is not None
+        except TalariaError:
+            return False
+
+    def maintain(self) -> None:
+        """WAL guard: truncate the ``-wal`` file once it exceeds the configured size."""
+        wal = Path(str(self.path) + "-wal")
+        try:
+            size = wal.stat().st_size
+        except OSError:
+            return
+        if size > self._wal_limit:
+            with self._write_lock:
+                self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            log.info("wal_checkpoint", wal_bytes_before=size)
+
+    def close(self) -> None:
+        with self._write_lock:
+            self._closed = True
+            with self._all_lock:
+                for conn in self._all:
+                    with contextlib.suppress(sqlite3.Error):  # closing is best effort
+                        conn.close()
+                self._all.clear()

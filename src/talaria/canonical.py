@@ -9,9 +9,7 @@ from typing import Any
 
 def canonical_json(value: Any) -> bytes:
     """UTF-8 bytes of the canonical JSON form: sorted keys, no spaces, no NaN, non-ASCII kept."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 def sha256_hex(data: bytes | str) -> str:

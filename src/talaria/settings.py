@@ -203,9 +203,7 @@ def load_settings(
 def validate(s: Settings) -> None:
     """The rules of lifecycle.md 1.1; raises ``SettingsError`` with one line naming the key."""
     if s.runtime_api_enabled and len(s.runtime_api_proxy_secret.encode("utf-8")) < MIN_PROXY_SECRET_BYTES:
-        raise SettingsError(
-            "runtime_api.proxy_secret must be at least 32 bytes when runtime_api.enabled is true"
-        )
+        raise SettingsError("runtime_api.proxy_secret must be at least 32 bytes when runtime_api.enabled is true")
     positive = {
         "lifecycle.lease_ttl_s": s.lifecycle_lease_ttl_s,
         "lifecycle.heartbeat_interval_s": s.lifecycle_heartbeat_interval_s,
@@ -231,9 +229,7 @@ def validate(s: Settings) -> None:
         if life < s.lifecycle_lease_ttl_s:
             raise SettingsError(f"{key} must be at least lifecycle.lease_ttl_s")
     attempts = {"lifecycle.max_attempts": s.lifecycle_max_attempts} | {
-        f'profiles."{n}".max_attempts': p.max_attempts
-        for n, p in s.profiles.items()
-        if p.max_attempts is not None
+        f'profiles."{n}".max_attempts': p.max_attempts for n, p in s.profiles.items() if p.max_attempts is not None
     }
     for key, value in attempts.items():
         if value < 1:

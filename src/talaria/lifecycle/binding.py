@@ -67,9 +67,7 @@ def check_identity(binding: Binding, *, tenant: str, principal: str, path_job: s
     if binding.tenant != tenant:
         raise TalariaError("binding_mismatch", "binding.tenant differs from the caller's tenant", status=403)
     if binding.principal != principal:
-        raise TalariaError(
-            "binding_mismatch", "binding.principal differs from the caller's principal", status=403
-        )
+        raise TalariaError("binding_mismatch", "binding.principal differs from the caller's principal", status=403)
     if path_job is not None and binding.job != path_job:
         raise TalariaError("binding_mismatch", "binding.job differs from the job in the path", status=409)
 

@@ -85,9 +85,7 @@ class Engine:
         state: str = "QUEUED",
         limit: int | None = None,
     ) -> OpResult:
-        return reads.discover(
-            self.ctx, actor, tenant=tenant, cell=cell, profile=profile, state=state, limit=limit
-        )
+        return reads.discover(self.ctx, actor, tenant=tenant, cell=cell, profile=profile, state=state, limit=limit)
 
     def claim(
         self,
@@ -98,9 +96,7 @@ class Engine:
         worker_instance: str,
         idem: IdemRequest | None = None,
     ) -> OpResult:
-        return jobs.claim(
-            self.ctx, actor, job_id=job_id, binding=binding, worker_instance=worker_instance, idem=idem
-        )
+        return jobs.claim(self.ctx, actor, job_id=job_id, binding=binding, worker_instance=worker_instance, idem=idem)
 
     def start(
         self,

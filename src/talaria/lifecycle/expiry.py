@@ -113,9 +113,7 @@ def expire(tx: Tx, now: int, job: Row, *, actor: Actor, reason: str, signals: li
     return after
 
 
-def expire_all_due(
-    tx: Tx, now: int, *, actor: Actor, reason: str, limit: int, signals: list[tuple[str, str]]
-) -> int:
+def expire_all_due(tx: Tx, now: int, *, actor: Actor, reason: str, limit: int, signals: list[tuple[str, str]]) -> int:
     rows = tx.all("job_due", now=now, limit=limit)
     for row in rows:
         expire(tx, now, row, actor=actor, reason=reason, signals=signals)
@@ -159,11 +157,7 @@ def _expire_one_by_one(ctx: Context, actor: Actor, reason: str) -> int:
             tenant: str = row["tenant"],
         ) -> int:
             job = tx.one("job_get", tenant=tenant, id=job_id)
-            if (
-                job is None
-                or job["state"] not in (JobState.LEASED, JobState.RUNNING)
-                or job["lease_expires_at"] > now
-            ):
+            if job is None or job["state"] not in (JobState.LEASED, JobState.RUNNING) or job["lease_expires_at"] > now:
                 return 0
             expire(tx, now, job, actor=actor, reason=reason, signals=signals)
             return 1

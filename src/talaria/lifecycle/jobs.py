@@ -58,9 +58,7 @@ def load_bound(tx: Tx, binding: Binding, job_id: str) -> tuple[Row, Row]:
     return job, dispatch
 
 
-def _replay(
-    tx: Tx, now: int, actor: Actor, operation: str, job_id: str, idem: IdemRequest | None
-) -> OpResult | None:
+def _replay(tx: Tx, now: int, actor: Actor, operation: str, job_id: str, idem: IdemRequest | None) -> OpResult | None:
     if idem is None:
         return None
     row = tx.one(
@@ -507,8 +505,7 @@ def admin_cancel_in(
     if job["state"] == JobState.QUEUED:
         result_digest = digest({"reason": reason})
         response = canonical_json(
-            terminal_body(job, job["revision"] + 1, JobState.CANCELLED, result_digest)
-            | {"cancel_requested": False}
+            terminal_body(job, job["revision"] + 1, JobState.CANCELLED, result_digest) | {"cancel_requested": False}
         )
         changes = {
             "state": JobState.CANCELLED,

@@ -316,9 +316,9 @@ def _enqueue_evidence(tx: Tx, now: int, job: Row, actor: Actor, event_id: str) -
         kind="enqueue",
         payload=data.decode("utf-8"),
         content_digest=digest(payload),
-        produced_by=canonical_json(
-            {"principal": actor.principal, "worker_instance": None, "lease_epoch": 0}
-        ).decode("utf-8"),
+        produced_by=canonical_json({"principal": actor.principal, "worker_instance": None, "lease_epoch": 0}).decode(
+            "utf-8"
+        ),
         now=now,
         audit_event_id=event_id,
     )
@@ -351,9 +351,7 @@ def cancel_task(ctx: Context, actor: Actor, *, tenant: str, task_id: str, reason
         job = tx.one("job_get", tenant=tenant, id=dispatch["job_id"]) if dispatch else None
         if dispatch is None or job is None:
             raise TalariaError("dispatch_missing", "the task's dispatch or job is missing")
-        admin_cancel_in(
-            tx, now, actor, job, persisted_binding(dispatch, actor.principal), reason, None, signals
-        )
+        admin_cancel_in(tx, now, actor, job, persisted_binding(dispatch, actor.principal), reason, None, signals)
         return _get(tx, tenant, task_id)
 
     return ctx.write(run)

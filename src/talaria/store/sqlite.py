@@ -67,9 +67,7 @@ def split_statements(sql: str) -> list[str]:
             if buffer.strip():
                 statements.append(buffer.strip())
             buffer = ""
-    if buffer.strip() and not all(
-        not part.strip() or part.strip().startswith("--") for part in buffer.splitlines()
-    ):
+    if buffer.strip() and not all(not part.strip() or part.strip().startswith("--") for part in buffer.splitlines()):
         raise ValueError("incomplete SQL statement at the end of a script")
     return statements
 

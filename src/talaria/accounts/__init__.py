@@ -1,0 +1,1 @@
+"""Tenants, accounts, passwords, permissions and ``auth_version``."""

@@ -1,0 +1,49 @@
+"""Login throttling (web-api.md 2): 5 failures within 5 minutes, per account and per TCP peer.
+
+Counted in memory per hub process (docs/adr/0004): a restart forgives recent failures, which the
+argon2 cost and the per-peer limit keep cheap for an attacker to exploit only slowly.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from talaria.clock import Clock
+from talaria.limits import LOGIN_MAX_FAILURES, LOGIN_WINDOW_S
+
+
+class LoginThrottle:
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._failures: dict[str, deque[int]] = {}
+        self._lock = threading.Lock()
+
+    def _recent(self, key: str, now: int) -> deque[int]:
+        window = self._failures.setdefault(key, deque())
+        while window and window[0] <= now - LOGIN_WINDOW_S * 1000:
+            window.popleft()
+        return window
+
+    def retry_after(self, *, username: str, peer: str) -> int | None:
+        """Seconds until an attempt is allowed again, or None when it is allowed now."""
+        now = self._clock.now_ms()
+        with self._lock:
+            waits = []
+            for key in (f"user:{username}", f"peer:{peer}"):
+                window = self._recent(key, now)
+                if len(window) >= LOGIN_MAX_FAILURES:
+                    waits.append(window[-LOGIN_MAX_FAILURES] + LOGIN_WINDOW_S * 1000 - now)
+            if not waits:
+                return None
+            return max(1, -(-max(waits) // 1000))
+
+    def failed(self, *, username: str, peer: str) -> None:
+        now = self._clock.now_ms()
+        with self._lock:
+            for key in (f"user:{username}", f"peer:{peer}"):
+                self._recent(key, now).append(now)
+
+    def succeeded(self, *, username: str) -> None:
+        with self._lock:
+            self._failures.pop(f"user:{username}", None)

@@ -1,0 +1,173 @@
+"""The ``talaria`` command line (web-api.md 8). Exit codes: 0 done, 1 refused or failed, 2 usage."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from talaria import __version__
+from talaria.errors import SettingsError, TalariaError
+from talaria.logs import configure_logging
+from talaria.settings import env_name, load_settings
+from talaria.store.sqlite import SQLiteStore
+
+
+def _data_dir(flag: str | None) -> Path:
+    """Commands other than ``hub`` read only what they use: the data directory."""
+    return Path(flag or os.environ.get(env_name("data_dir")) or "./talaria-data")
+
+
+def _store_for(data_dir: Path) -> SQLiteStore:
+    if not (data_dir / "talaria.sqlite3").exists():
+        raise TalariaError("not_found", f"no Talaria database in {data_dir} (start the hub once, or run db upgrade)")
+    return SQLiteStore(data_dir / "talaria.sqlite3")
+
+
+def cmd_hub(args: argparse.Namespace) -> int:
+    from talaria.hub.server import run_hub
+
+    flags = {"data_dir": args.data_dir, "hub.host": args.host, "hub.port": args.port}
+    try:
+        settings = load_settings(flags=flags, environ=os.environ, config_file=args.config)
+    except SettingsError as exc:
+        print(f"talaria hub: {exc}", file=sys.stderr)
+        return 1
+    return run_hub(settings)
+
+
+def cmd_create_user(args: argparse.Namespace) -> int:
+    from talaria.accounts.rules import check_tenant, parse_allow_flags
+    from talaria.accounts.service import Accounts
+    from talaria.clock import SystemClock
+    from talaria.store import migrations
+
+    line = sys.stdin.readline()
+    password = line.removesuffix("\n").removesuffix("\r")
+    data_dir = _data_dir(args.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    store = SQLiteStore(data_dir / "talaria.sqlite3")
+    try:
+        migrations.upgrade(store)
+        account = Accounts(store, SystemClock()).create(
+            username=args.username,
+            password=password,
+            role=args.role,
+            tenant=check_tenant(args.tenant),
+            allowed_profiles=parse_allow_flags(args.allow or []),
+            can_manage_team=args.team,
+        )
+    finally:
+        store.close()
+    print(f"created {account.role} {account.username} in tenant {account.tenant}")
+    return 0
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    from talaria.lifecycle.audit import verify
+
+    store = _store_for(_data_dir(args.data_dir))
+    try:
+        report = verify(store)
+    finally:
+        store.close()
+    print(report.line(), file=sys.stdout if report.ok else sys.stderr)
+    return 0 if report.ok else 1
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from talaria.store import migrations
+
+    data_dir = _data_dir(args.data_dir)
+    if args.action == "downgrade" and not args.yes:
+        print("talaria db downgrade is destructive: it drops tables and their data; add --yes", file=sys.stderr)
+        return 1
+    data_dir.mkdir(parents=True, exist_ok=True)
+    store = SQLiteStore(data_dir / "talaria.sqlite3")
+    try:
+        if args.action == "status":
+            have, want = migrations.current(store), migrations.latest(store)
+            for name in migrations.SETS:
+                state = "up to date" if have[name] == want[name] else f"{want[name] - have[name]} pending"
+                print(f"{name}: version {have[name]} of {want[name]} ({state})")
+        elif args.action == "upgrade":
+            applied = migrations.upgrade(store)
+            for item in applied:
+                print(f"applied {item}")
+            print("database is up to date" if not applied else f"{len(applied)} migration(s) applied")
+        else:
+            try:
+                undone = migrations.downgrade(store, args.set, args.to)
+            except ValueError as exc:
+                print(f"talaria db downgrade: {exc}", file=sys.stderr)
+                return 1
+            for item in undone:
+                print(f"reverted {item}")
+            print(f"{args.set} is now at version {args.to}")
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from talaria.demo import run_demo
+
+    return run_demo(keep_serving=not args.exit, port=args.port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="talaria", description="Run Hermes agents from one control plane.")
+    parser.add_argument("--version", action="version", version=f"talaria {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    hub = sub.add_parser("hub", help="run the hub")
+    hub.add_argument("--data-dir", default=None, help="data directory (default ./talaria-data)")
+    hub.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
+    hub.add_argument("--port", type=int, default=None, help="listen port (default 8700; 0 picks one)")
+    hub.add_argument("--config", type=Path, default=None, help="TOML settings file")
+    hub.set_defaults(func=cmd_hub)
+
+    admin = sub.add_parser("admin", help="administration").add_subparsers(dest="admin_command", required=True)
+    create = admin.add_parser("create-user", help="create an account; the password is read from standard input")
+    create.add_argument("--data-dir", default=None)
+    create.add_argument("--username", required=True)
+    create.add_argument("--role", required=True, choices=["admin", "user"])
+    create.add_argument("--tenant", default="default")
+    create.add_argument("--allow", action="append", metavar="SOURCE:PROFILE", help="an allowed profile (repeatable)")
+    create.add_argument("--team", action="store_true", help="may manage team bots")
+    create.set_defaults(func=cmd_create_user)
+
+    audit = sub.add_parser("audit", help="audit chain").add_subparsers(dest="audit_command", required=True)
+    verify = audit.add_parser("verify", help="recompute the hash chain")
+    verify.add_argument("--data-dir", default=None)
+    verify.set_defaults(func=cmd_audit_verify)
+
+    db = sub.add_parser("db", help="database migrations")
+    db.add_argument("action", choices=["status", "upgrade", "downgrade"])
+    db.add_argument("--data-dir", default=None)
+    db.add_argument("--set", choices=["core", "lifecycle"], help="migration set (downgrade)")
+    db.add_argument("--to", type=int, help="target version (downgrade)")
+    db.add_argument("--yes", action="store_true", help="confirm a destructive downgrade")
+    db.set_defaults(func=cmd_db)
+
+    demo = sub.add_parser("demo", help="run the product end to end on a temporary data directory")
+    demo.add_argument("--exit", action="store_true", help="stop the hub when the demo is done")
+    demo.add_argument("--port", type=int, default=0, help="hub port (default: any free port)")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "db" and args.action == "downgrade" and (args.set is None or args.to is None):
+        parser.error("db downgrade needs --set NAME --to N --yes")
+    configure_logging()
+    try:
+        code: int = args.func(args)
+    except TalariaError as exc:
+        print(f"talaria: {exc.message}", file=sys.stderr)
+        return 1
+    return code

@@ -1,0 +1,1 @@
+"""The hub: one ASGI application with the browser/JSON API, the internal Runtime API and operations."""

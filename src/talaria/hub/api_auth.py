@@ -1,0 +1,71 @@
+"""Sign-in, sign-out and ``me`` (web-api.md 2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from pydantic import Field
+from starlette.concurrency import run_in_threadpool
+
+from talaria.accounts.passwords import verify_password
+from talaria.errors import TalariaError
+from talaria.hub.deps import HubDep, StrictBody, UserDep
+from talaria.hub.websession import COOKIE
+from talaria.limits import LOGIN_MAX_FAILURES, MAX_PASSWORD_CHARS, SESSION_MAX_S
+
+router = APIRouter(prefix="/api/auth", tags=["auth"])
+
+
+class LoginBody(StrictBody):
+    username: str = Field(min_length=1, max_length=64)
+    password: str = Field(min_length=1, max_length=MAX_PASSWORD_CHARS)
+
+
+def _me(username: str, role: str, tenant: str, csrf: str) -> dict[str, Any]:
+    return {"username": username, "role": role, "tenant": tenant, "csrfToken": csrf}
+
+
+@router.post("/login")
+async def login(body: LoginBody, request: Request, response: Response, hub: HubDep) -> dict[str, Any]:
+    origin = request.headers.get("origin")
+    if origin is not None and origin != hub.settings.public_origin:
+        raise TalariaError("csrf_failed", "the Origin of this request is not the hub's")
+    peer = request.client.host if request.client else ""
+    wait = hub.throttle.retry_after(username=body.username, peer=peer)
+    if wait is not None:
+        raise TalariaError(
+            "login_throttled",
+            f"more than {LOGIN_MAX_FAILURES - 1} failed sign-ins; try again later",
+            headers={"Retry-After": str(wait)},
+        )
+    stored = await run_in_threadpool(hub.accounts.password_hash, body.username)
+    ok = await run_in_threadpool(verify_password, stored, body.password)
+    account = hub.accounts.get(body.username) if ok else None
+    if account is None or not account.enabled:
+        hub.throttle.failed(username=body.username, peer=peer)
+        raise TalariaError("invalid_credentials", "wrong username or password")
+    hub.throttle.succeeded(username=body.username)
+    cookie, csrf = await run_in_threadpool(hub.sessions.create, account)
+    response.set_cookie(
+        COOKIE,
+        cookie,
+        max_age=SESSION_MAX_S,
+        httponly=True,
+        samesite="lax",
+        secure=hub.sessions.secure,
+        path="/",
+    )
+    return _me(account.username, account.role, account.tenant, csrf)
+
+
+@router.get("/me")
+async def me(user: UserDep) -> dict[str, Any]:
+    return _me(user.account.username, user.account.role, user.account.tenant, user.csrf_token)
+
+
+@router.post("/logout")
+async def logout(user: UserDep, response: Response, hub: HubDep) -> dict[str, Any]:
+    await run_in_threadpool(hub.sessions.end_hash, user.session_hash)
+    response.delete_cookie(COOKIE, path="/")
+    return {"ok": True}

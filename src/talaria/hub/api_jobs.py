@@ -1,0 +1,132 @@
+"""Job and audit routes (web-api.md 6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import Field
+from starlette.concurrency import run_in_threadpool
+
+from talaria.errors import TalariaError
+from talaria.hub.deps import AdminDep, HubDep, StrictBody, UserDep
+from talaria.hub.state import Hub
+from talaria.hub.views import audit_json, decode_cursor, encode_cursor, job_json, page_limit
+from talaria.hub.visibility import visible_job, visible_task
+from talaria.hub.waiting import waiting_reason
+from talaria.lifecycle.binding import persisted_binding
+from talaria.lifecycle.machine import JobState
+from talaria.lifecycle.reads import result_payload
+from talaria.limits import MAX_CANCEL_REASON_CHARS
+from talaria.store.interface import Row
+
+router = APIRouter(tags=["jobs", "audit"])
+
+
+class CancelJob(StrictBody):
+    reason: str = Field(min_length=1, max_length=MAX_CANCEL_REASON_CHARS)
+
+
+def _job_view(hub: Hub, job: Row, result: Row | None) -> dict[str, Any]:
+    return job_json(job, result_payload(result), waiting_reason(hub, job))
+
+
+@router.get("/api/jobs")
+async def list_jobs(
+    user: UserDep,
+    hub: HubDep,
+    state: str | None = None,
+    cell: str | None = None,
+    limit: int | None = None,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    if state is not None and state not in JobState.__members__:
+        raise TalariaError("invalid_request", "state is not a job state")
+    size = page_limit(limit)
+    after = decode_cursor(cursor, (int, str))
+
+    def read() -> list[tuple[Row, Row | None]]:
+        with hub.store.read() as tx:
+            rows = tx.all(
+                "job_list",
+                tenant=user.account.tenant,
+                state=state,
+                cell=cell,
+                created_by=None if user.is_admin else user.account.principal,
+                cursor_at=after[0] if after else None,
+                cursor_id=after[1] if after else None,
+                limit=size + 1,
+            )
+            return [(row, tx.one("result_get", job_id=row["id"])) for row in rows]
+
+    pairs = await run_in_threadpool(read)
+    more, pairs = len(pairs) > size, pairs[:size]
+    return {
+        "jobs": [_job_view(hub, job, result) for job, result in pairs],
+        "nextCursor": encode_cursor(pairs[-1][0]["enqueued_at"], pairs[-1][0]["id"]) if more else None,
+    }
+
+
+@router.get("/api/jobs/{job_id}")
+async def get_job(job_id: str, user: UserDep, hub: HubDep) -> dict[str, Any]:
+    job, result = await run_in_threadpool(visible_job, hub, user, job_id)
+    return {"job": _job_view(hub, job, result)}
+
+
+@router.post("/api/jobs/{job_id}/cancel")
+async def cancel_job(job_id: str, body: CancelJob, admin: AdminDep, hub: HubDep) -> dict[str, Any]:
+    def run() -> tuple[Row, Row | None]:
+        job, _ = visible_job(hub, admin, job_id)
+        with hub.store.read() as tx:
+            dispatch = tx.one("dispatch_get", id=job["dispatch_id"])
+        if dispatch is None:
+            raise TalariaError("dispatch_missing", "the job's dispatch is missing")
+        binding = persisted_binding(dispatch, admin.actor.principal)
+        hub.engine.cancel(admin.actor, job_id=job_id, binding=binding, reason=body.reason)
+        return visible_job(hub, admin, job_id)
+
+    job, result = await run_in_threadpool(run)
+    return {"job": _job_view(hub, job, result)}
+
+
+@router.get("/api/audit")
+async def list_audit(
+    user: UserDep,
+    hub: HubDep,
+    task: str | None = None,
+    job: str | None = None,
+    limit: int | None = None,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    """Admins see the tenant's events; a user sees the events of one task or job of their own."""
+    if not user.is_admin:
+        if task is None and job is None:
+            raise TalariaError("admin_required", "name one of your tasks (task=) or jobs (job=)")
+        if task is not None:
+            await run_in_threadpool(visible_task, hub, user, task)
+        if job is not None:
+            await run_in_threadpool(visible_job, hub, user, job)
+    size = page_limit(limit)
+    after = decode_cursor(cursor, (int,))
+    with hub.store.read() as tx:
+        rows = tx.all(
+            "audit_list",
+            tenant=user.account.tenant,
+            task_id=task,
+            job_id=job,
+            before_seq=after[0] if after else None,
+            limit=size + 1,
+        )
+    more, rows = len(rows) > size, rows[:size]
+    return {
+        "events": [audit_json(r) for r in rows],
+        "nextCursor": encode_cursor(rows[-1]["seq"]) if more else None,
+    }
+
+
+@router.get("/api/audit/verify")
+async def verify_audit(admin: AdminDep, hub: HubDep) -> dict[str, Any]:
+    report = await run_in_threadpool(hub.engine.verify_audit)
+    if report.ok:
+        return {"ok": True, "events": report.events, "head": report.head}
+    return {"ok": False, "brokenAt": report.broken_at, "reason": report.reason}

@@ -1,0 +1,138 @@
+"""Task routes (web-api.md 5). A user sees only their own tasks; an admin every task of the tenant."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import Field
+from starlette.concurrency import run_in_threadpool
+
+from talaria.accounts.rules import PROFILE, SOURCE
+from talaria.errors import TalariaError
+from talaria.hub.deps import AdminDep, HubDep, StrictBody, UserDep
+from talaria.hub.views import decode_cursor, dispatch_json, encode_cursor, job_json, page_limit, task_json
+from talaria.hub.visibility import visible_task
+from talaria.hub.waiting import waiting_reason
+from talaria.ids import trace_id
+from talaria.lifecycle.machine import TaskState
+from talaria.limits import MAX_REJECT_REASON_CHARS, MAX_TASK_PROMPT_CHARS, MAX_TASK_TITLE_CHARS
+
+router = APIRouter(prefix="/api/tasks", tags=["tasks"])
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
+
+
+class CreateTask(StrictBody):
+    title: str = Field(min_length=1, max_length=MAX_TASK_TITLE_CHARS)
+    prompt: str = Field(min_length=1, max_length=MAX_TASK_PROMPT_CHARS)
+    cell: str
+    profile: str
+
+
+class RejectTask(StrictBody):
+    reason: str = Field(min_length=1, max_length=MAX_REJECT_REASON_CHARS)
+
+
+class CancelTask(StrictBody):
+    reason: str | None = Field(default=None, min_length=1, max_length=1024)
+
+
+def _trace(request: Request) -> str:
+    match = _TRACEPARENT.match(request.headers.get("traceparent", ""))
+    if match and match.group(1) != "0" * 32:
+        return match.group(1)
+    return trace_id()
+
+
+@router.post("", status_code=201)
+async def create_task(body: CreateTask, request: Request, user: UserDep, hub: HubDep) -> dict[str, Any]:
+    if not SOURCE.match(body.cell):
+        raise TalariaError("invalid_request", "cell must be a source name (a-z 0-9 . _ -, up to 64)")
+    if not PROFILE.match(body.profile):
+        raise TalariaError("invalid_request", "profile must be a Hermes profile name")
+    task = await run_in_threadpool(
+        lambda: hub.engine.create_task(
+            user.actor,
+            tenant=user.account.tenant,
+            title=body.title,
+            spec={"prompt": body.prompt},
+            cell=body.cell,
+            profile=body.profile,
+            trace=_trace(request),
+        )
+    )
+    return {"task": task_json(task, None)}
+
+
+@router.get("")
+async def list_tasks(
+    user: UserDep, hub: HubDep, state: str | None = None, limit: int | None = None, cursor: str | None = None
+) -> dict[str, Any]:
+    if state is not None and state not in TaskState.__members__:
+        raise TalariaError("invalid_request", "state is not a task state")
+    size = page_limit(limit)
+    after = decode_cursor(cursor, (int, str))
+    with hub.store.read() as tx:
+        rows = tx.all(
+            "task_list",
+            tenant=user.account.tenant,
+            created_by=None if user.is_admin else user.account.principal,
+            state=state,
+            cursor_at=after[0] if after else None,
+            cursor_id=after[1] if after else None,
+            limit=size + 1,
+        )
+    more, rows = len(rows) > size, rows[:size]
+    return {
+        "tasks": [task_json(r) for r in rows],
+        "nextCursor": encode_cursor(rows[-1]["created_at"], rows[-1]["id"]) if more else None,
+    }
+
+
+@router.get("/{task_id}")
+async def get_task(task_id: str, user: UserDep, hub: HubDep) -> dict[str, Any]:
+    task, job_id = await run_in_threadpool(visible_task, hub, user, task_id)
+    return {"task": task_json(task, job_id)}
+
+
+@router.post("/{task_id}/submit")
+async def submit_task(task_id: str, user: UserDep, hub: HubDep) -> dict[str, Any]:
+    await run_in_threadpool(visible_task, hub, user, task_id)
+    task = await run_in_threadpool(
+        lambda: hub.engine.submit_task(user.actor, tenant=user.account.tenant, task_id=task_id)
+    )
+    return {"task": task_json(task, None)}
+
+
+@router.post("/{task_id}/approve")
+async def approve_task(task_id: str, admin: AdminDep, hub: HubDep) -> dict[str, Any]:
+    await run_in_threadpool(visible_task, hub, admin, task_id)
+    task, dispatch, job = await run_in_threadpool(
+        lambda: hub.engine.approve_and_dispatch(admin.actor, tenant=admin.account.tenant, task_id=task_id)
+    )
+    return {
+        "task": task_json(task, job["id"]),
+        "dispatch": dispatch_json(dispatch),
+        "job": job_json(job, None, waiting_reason(hub, job)),
+    }
+
+
+@router.post("/{task_id}/reject")
+async def reject_task(task_id: str, body: RejectTask, admin: AdminDep, hub: HubDep) -> dict[str, Any]:
+    await run_in_threadpool(visible_task, hub, admin, task_id)
+    task = await run_in_threadpool(
+        lambda: hub.engine.reject_task(admin.actor, tenant=admin.account.tenant, task_id=task_id, reason=body.reason)
+    )
+    return {"task": task_json(task, None)}
+
+
+@router.post("/{task_id}/cancel")
+async def cancel_task(task_id: str, user: UserDep, hub: HubDep, body: CancelTask | None = None) -> dict[str, Any]:
+    await run_in_threadpool(visible_task, hub, user, task_id)
+    reason = body.reason if body and body.reason else f"cancelled by {user.account.username}"
+    await run_in_threadpool(
+        lambda: hub.engine.cancel_task(user.actor, tenant=user.account.tenant, task_id=task_id, reason=reason)
+    )
+    task, job_id = await run_in_threadpool(visible_task, hub, user, task_id)
+    return {"task": task_json(task, job_id)}

@@ -1,0 +1,90 @@
+"""The hub's app factory. Resources open in the ASGI lifespan; nothing is global.
+
+``create_app(settings, clock=..., run_reaper=False)`` is what tests use: a ``ManualClock`` and
+sweeps by ``hub.engine.expire_due()``. Start-up recovery always runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import structlog
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from talaria import __version__
+from talaria.clock import Clock, SystemClock
+from talaria.hub import api_accounts, api_auth, api_jobs, api_tasks, errors, ops
+from talaria.hub.body_limit import BodyLimit
+from talaria.hub.runtime import routes as runtime_routes
+from talaria.hub.state import Hub, open_hub
+from talaria.settings import Settings
+
+log = structlog.get_logger("talaria.hub")
+
+
+class AccessLog:
+    """One structured log line and one metric sample per request (no query strings, no bodies)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def capture(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, capture)
+        finally:
+            elapsed = time.perf_counter() - started
+            path: str = scope["path"]
+            door = "runtime" if path.startswith("/internal/") else "api" if path.startswith("/api/") else "other"
+            hub: Hub | None = getattr(scope["app"].state, "hub", None) if "app" in scope else None
+            if hub is not None:
+                hub.metrics.requests.labels(door, str(status)).inc()
+                hub.metrics.latency.labels(door).observe(elapsed)
+            log.info("request", method=scope["method"], path=path, status=status, ms=round(elapsed * 1000, 1))
+
+
+def create_app(settings: Settings, *, clock: Clock | None = None, run_reaper: bool = True) -> FastAPI:
+    clock = clock or SystemClock()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        hub = await run_in_threadpool(open_hub, settings, clock)
+        app.state.hub = hub
+        if run_reaper:
+            hub.reaper.start()
+        try:
+            yield
+        finally:
+            hub.reaper.stop()
+            hub.store.close()
+
+    app = FastAPI(
+        title="Talaria hub",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    errors.install(app)
+    for router in (api_auth.router, api_accounts.router, api_tasks.router, api_jobs.router, ops.router):
+        app.include_router(router)
+    if settings.runtime_api_enabled:
+        app.include_router(runtime_routes.router)
+    app.add_middleware(BodyLimit)
+    app.add_middleware(AccessLog)
+    return app

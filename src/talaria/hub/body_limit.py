@@ -1,0 +1,77 @@
+"""Pure ASGI middleware: refuse request bodies over the limit with 413 ``payload_too_large``.
+
+Runs before routing for the web API; the Runtime API checks its own body size after the peer check
+(lifecycle.md 6.5), so its prefix is exempt here.
+"""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from talaria.canonical import canonical_json
+from talaria.limits import MAX_BODY_BYTES
+
+
+async def send_too_large(send: Send) -> None:
+    body = canonical_json({"code": "payload_too_large", "error": "the request body is larger than 1 MiB"})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"cache-control", b"no-store"),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimit:
+    def __init__(self, app: ASGIApp, *, limit: int = MAX_BODY_BYTES, exempt_prefix: str = "/internal/runtime/"):
+        self.app = app
+        self.limit = limit
+        self.exempt_prefix = exempt_prefix
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith(self.exempt_prefix):
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = 0
+                if declared > self.limit:
+                    await send_too_large(send)
+                    return
+        seen = 0
+        overflow = False
+        replaced = False
+
+        async def limited_receive() -> Message:
+            nonlocal seen, overflow
+            if overflow:
+                return {"type": "http.request", "body": b"", "more_body": False}
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    # Hand the app an empty, finished body; its answer is replaced by the 413 below.
+                    overflow = True
+                    return {"type": "http.request", "body": b"", "more_body": False}
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal replaced
+            if overflow:
+                if not replaced:
+                    replaced = True
+                    await send_too_large(send)
+                return
+            await send(message)
+
+        await self.app(scope, limited_receive, guarded_send)

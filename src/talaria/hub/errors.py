@@ -1,0 +1,78 @@
+"""The canonical error body everywhere: ``{"code": ..., "error": ...}``, ``application/json``.
+
+Framework answers (unknown path, wrong method, validation) are mapped to the same shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from talaria.canonical import canonical_json
+from talaria.errors import TalariaError
+
+log = structlog.get_logger("talaria.hub")
+
+_FRAMEWORK_CODES = {
+    400: ("invalid_request", "invalid request"),
+    404: ("not_found", "not found"),
+    405: ("method_not_allowed", "method not allowed"),
+    413: ("payload_too_large", "payload too large"),
+}
+
+
+def error_response(error: TalariaError) -> Response:
+    return Response(
+        canonical_json(error.body()),
+        status_code=error.status,
+        media_type="application/json",
+        headers={"Cache-Control": "no-store", **error.headers},
+    )
+
+
+def validation_message(errors: Any) -> str:
+    """The first validation problem, naming the field, without echoing the value."""
+    for item in errors:
+        loc = [str(part) for part in item.get("loc", ()) if part not in ("body", "query", "path")]
+        field = ".".join(loc) or "body"
+        kind = item.get("type", "")
+        if kind == "missing":
+            return f"{field} is missing"
+        if kind == "extra_forbidden":
+            return f"{field} is not an accepted field"
+        if kind in ("json_invalid", "model_attributes_type", "dict_type") and field == "body":
+            return "the body must be a JSON object"
+        return f"{field}: {item.get('msg', 'invalid')}"
+    return "invalid request"
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(TalariaError)
+    async def talaria_error(request: Request, exc: TalariaError) -> Response:
+        return error_response(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        code, message = _FRAMEWORK_CODES.get(exc.status_code, ("invalid_request", "invalid request"))
+        if exc.status_code >= 500:
+            code, message = "internal_error", "internal error"
+        error = TalariaError(code, message)
+        response = error_response(error)
+        response.status_code = exc.status_code if exc.status_code in _FRAMEWORK_CODES else error.status
+        if exc.status_code == 405 and exc.headers and "Allow" in exc.headers:
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> Response:
+        return error_response(TalariaError("invalid_request", validation_message(exc.errors())))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled_error", path=request.url.path)
+        return error_response(TalariaError("internal_error", "internal error; the transaction was rolled back"))

@@ -1,0 +1,35 @@
+"""Operations routes (web-api.md 7): health, readiness, metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from talaria.errors import TalariaError
+from talaria.hub.deps import HubDep
+from talaria.hub.runtime.identity import is_loopback
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, Any]:
+    return {"ok": True}
+
+
+@router.get("/readyz")
+async def readyz(hub: HubDep) -> dict[str, Any]:
+    if not await run_in_threadpool(hub.store.ping):
+        raise TalariaError("store_unavailable", "the store does not answer")
+    return {"ok": True}
+
+
+@router.get("/metrics")
+async def metrics(request: Request, hub: HubDep) -> Response:
+    peer = request.client.host if request.client else None
+    if not hub.settings.metrics_public and not is_loopback(peer):
+        raise TalariaError("not_found", "not found")
+    return Response(hub.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

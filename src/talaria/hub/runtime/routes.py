@@ -1,0 +1,277 @@
+"""Runtime API routes (lifecycle.md 6.4), mounted only when ``runtime_api.enabled``.
+
+Processing order (6.5): route match; peer; body size; proxy identity; an accepted role;
+``Idempotency-Key``; body and query syntax; the operation's role; binding step 1; then the engine's
+transaction. Rejections with 401, 403, 422 and the listed 409 codes write a security event.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from talaria.canonical import digest, sha256_hex
+from talaria.errors import TalariaError
+from talaria.hub.errors import error_response
+from talaria.hub.runtime import bodies
+from talaria.hub.runtime.identity import ProxyIdentity, is_loopback, verify
+from talaria.hub.runtime.security_events import Rejection
+from talaria.hub.state import Hub
+from talaria.lifecycle.actor import PLATFORM_ADMIN, RUNTIME, Actor
+from talaria.lifecycle.binding import FIELDS, check_identity
+from talaria.lifecycle.context import IdemRequest, OpResult
+from talaria.limits import MAX_BODY_BYTES
+
+PREFIX = "/internal/runtime/v1/hermes"
+_KEY = re.compile(r"^[A-Za-z0-9_:-]{1,255}$")
+_RECORDED_409 = frozenset(
+    {
+        "binding_mismatch",
+        "dispatch_missing",
+        "not_approved",
+        "lease_mismatch",
+        "stale_lease",
+        "terminal_conflict",
+    }
+)
+
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+
+
+@dataclass
+class Call:
+    """What the gate learned about one request, for the handler and for the security event."""
+
+    hub: Hub
+    request: Request
+    route: str
+    body: bytes = b""
+    identity: ProxyIdentity | None = None
+    job: str | None = None
+
+    def actor(self) -> Actor:
+        assert self.identity is not None
+        return Actor(self.identity.principal, self.identity.roles, "trusted_proxy", self.identity.tenant)
+
+
+def _peer(request: Request) -> str:
+    return request.client.host if request.client else ""
+
+
+async def _read_body(request: Request) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise TalariaError("payload_too_large", "the request body is larger than 1 MiB")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise TalariaError("payload_too_large", "the request body is larger than 1 MiB")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _target(request: Request) -> str:
+    raw_path: bytes = request.scope.get("raw_path") or request.scope["path"].encode()
+    query: bytes = request.scope.get("query_string", b"")
+    target = raw_path.decode("latin-1")
+    return f"{target}?{query.decode('latin-1')}" if query else target
+
+
+async def _gate(call: Call, *, post: bool) -> IdemRequest | None:
+    """Peer, body size, identity, accepted role and Idempotency-Key checks; returns the key."""
+    hub, request = call.hub, call.request
+    if not hub.settings.runtime_api_allow_remote_proxy and not is_loopback(_peer(request)):
+        raise TalariaError("peer_not_allowed", "the Runtime API accepts loopback peers only")
+    call.body = await _read_body(request)
+    call.identity = verify(
+        request.scope["headers"],
+        method=request.method,
+        target=_target(request),
+        body=call.body,
+        secret=hub.settings.runtime_api_proxy_secret,
+        now_s=hub.clock.now_ms() / 1000,
+    )
+    if not call.identity.roles:
+        raise TalariaError("role_forbidden", "no accepted role (runtime or platform_admin)")
+    if not post:
+        return None
+    keys = request.headers.getlist("idempotency-key")
+    if not keys:
+        raise TalariaError("idempotency_key_required", "POST needs an Idempotency-Key header")
+    if len(keys) != 1 or not _KEY.match(keys[0]):
+        raise TalariaError("idempotency_key_invalid", "Idempotency-Key must be 1-255 of A-Z a-z 0-9 _ : -")
+    return IdemRequest(sha256_hex(keys[0]), "")
+
+
+def _answer(result: OpResult) -> Response:
+    headers = {"Cache-Control": "no-store"}
+    if result.replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return Response(result.body, status_code=result.status, media_type="application/json", headers=headers)
+
+
+def _record(call: Call, error: TalariaError) -> None:
+    if not (error.status in (401, 403, 422) or (error.status == 409 and error.code in _RECORDED_409)):
+        return
+    hub = call.hub
+    hub.metrics.security_events.labels(error.code).inc()
+    principal = call.identity.principal if call.identity else call.request.headers.get("x-talaria-principal")
+    tenant = call.identity.tenant if call.identity else call.request.headers.get("x-talaria-tenant")
+    hub.security_events.record(
+        Rejection(
+            peer=_peer(call.request),
+            method=call.request.method,
+            route=call.route,
+            status=error.status,
+            code=error.code,
+            claimed_principal=principal,
+            claimed_tenant=tenant,
+            job=call.job,
+            detail=error.message,
+        )
+    )
+
+
+async def _run(call: Call, work: Callable[[], Any]) -> Response:
+    try:
+        result = await work()
+    except TalariaError as exc:
+        await run_in_threadpool(_record, call, exc)
+        return error_response(exc)
+    return _answer(result)
+
+
+def _hub(request: Request) -> Hub:
+    hub: Hub = request.app.state.hub
+    return hub
+
+
+@router.get("/jobs")
+async def discover(request: Request) -> Response:
+    call = Call(_hub(request), request, PREFIX + "/jobs")
+
+    async def work() -> OpResult:
+        await _gate(call, post=False)
+        params = bodies.query(
+            request.scope.get("query_string", b""),
+            required=("tenant", "cell", "profile", "state"),
+            optional=("limit",),
+        )
+        limit = None
+        if "limit" in params:
+            if not params["limit"].isdigit():
+                raise bodies.bad("limit must be an integer between 1 and 100")
+            limit = int(params["limit"])
+        actor = call.actor()
+        return await run_in_threadpool(
+            call.hub.engine.discover,
+            actor,
+            tenant=params["tenant"],
+            cell=params["cell"],
+            profile=params["profile"],
+            state=params["state"],
+            limit=limit,
+        )
+
+    return await _run(call, work)
+
+
+@router.get("/jobs/{job}")
+async def status(request: Request, job: str) -> Response:
+    call = Call(_hub(request), request, PREFIX + "/jobs/{job}", job=job)
+
+    async def work() -> OpResult:
+        await _gate(call, post=False)
+        params = bodies.query(request.scope.get("query_string", b""), required=FIELDS)
+        binding = bodies.binding_from_query(params)
+        return await run_in_threadpool(call.hub.engine.status, call.actor(), job_id=job, binding=binding)
+
+    return await _run(call, work)
+
+
+def _post(op: str) -> Callable[[Request, str], Any]:
+    route = PREFIX + "/jobs/{job}/" + op
+
+    async def handler(request: Request, job: str) -> Response:
+        call = Call(_hub(request), request, route, job=job)
+
+        async def work() -> OpResult:
+            idem = await _gate(call, post=True)
+            assert idem is not None
+            body = bodies.json_object(call.body, request.headers.get("content-type"))
+            run = _parse(op, body, call.actor(), job)
+            idem = IdemRequest(idem.key_hash, digest(body))
+            return await run_in_threadpool(run, call.hub, idem)
+
+        return await _run(call, work)
+
+    handler.__name__ = op
+    return handler
+
+
+def _parse(op: str, body: dict[str, Any], actor: Actor, job: str) -> Callable[[Hub, IdemRequest], OpResult]:
+    """Body syntax, the operation's role and binding step 1; returns the engine call to make."""
+    holder = {"lease_id", "lease_epoch"}
+    if op == "claim":
+        bodies.only_keys(body, {"binding", "worker_instance"})
+    elif op == "heartbeat":
+        bodies.only_keys(body, {"binding"} | holder, {"progress"})
+    elif op == "complete":
+        bodies.only_keys(body, {"binding", "result"} | holder)
+    elif op == "fail":
+        bodies.only_keys(body, {"binding", "error"} | holder)
+    elif op == "cancel":
+        if holder & set(body):
+            bodies.only_keys(body, {"binding", "reason"} | holder)
+        else:
+            bodies.only_keys(body, {"binding", "reason"})
+    else:
+        bodies.only_keys(body, {"binding"} | holder)
+    binding = bodies.binding(body)
+    is_admin_cancel = op == "cancel" and "lease_id" not in body
+    lease = None if op == "claim" or is_admin_cancel else bodies.lease(body)
+    payload: Any = None
+    if op == "claim":
+        payload = bodies.worker_instance(body["worker_instance"])
+    elif op == "heartbeat":
+        payload = bodies.progress(body["progress"]) if "progress" in body else None
+    elif op == "complete":
+        payload = bodies.result(body["result"])
+    elif op == "fail":
+        payload = bodies.error(body["error"])
+    elif op == "cancel":
+        payload = bodies.reason(body["reason"])
+    needed = PLATFORM_ADMIN if is_admin_cancel else RUNTIME
+    if not actor.has(needed):
+        raise TalariaError("role_forbidden", f"this operation needs the role {needed}")
+    check_identity(binding, tenant=actor.tenant or "", principal=actor.principal, path_job=job)
+
+    def run(hub: Hub, idem: IdemRequest) -> OpResult:
+        engine = hub.engine
+        common: dict[str, Any] = {"job_id": job, "binding": binding, "idem": idem}
+        if lease is not None:
+            common |= {"lease_id": lease[0], "lease_epoch": lease[1]}
+        if op == "claim":
+            return engine.claim(actor, worker_instance=payload, **common)
+        if op == "start":
+            return engine.start(actor, **common)
+        if op == "heartbeat":
+            return engine.heartbeat(actor, progress=payload, **common)
+        if op == "complete":
+            return engine.complete(actor, result=payload, **common)
+        if op == "fail":
+            return engine.fail(actor, error=payload, **common)
+        return engine.cancel(actor, reason=payload, **common)
+
+    return run
+
+
+for _op in ("claim", "start", "heartbeat", "complete", "fail", "cancel"):
+    router.add_api_route("/jobs/{job}/" + _op, _post(_op), methods=["POST"])

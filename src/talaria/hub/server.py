@@ -1,0 +1,77 @@
+"""Serve the hub with uvicorn: bind first, print the ready line once serving, stop cleanly on signals."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import sys
+from typing import TextIO
+
+import uvicorn
+
+from talaria.clock import Clock
+from talaria.hub.app import create_app
+from talaria.settings import Settings
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """Bind (not yet listen) so that ``--port 0`` learns its port before the ready line."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_of(sock: socket.socket, host: str) -> str:
+    port = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+async def _serve(server: uvicorn.Server, sock: socket.socket, out: TextIO, url: str) -> bool:
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            break
+        await asyncio.sleep(0.02)
+    if server.started:
+        print(f"talaria hub listening on {url}", file=out, flush=True)
+    await task
+    return bool(server.started)
+
+
+def run_hub(settings: Settings, *, clock: Clock | None = None, out: TextIO = sys.stdout) -> int:
+    """Run until SIGTERM/SIGINT; 0 after a clean stop, 1 when start-up failed (the reason is logged)."""
+    try:
+        sock = bind(settings.hub_host, settings.hub_port)
+    except OSError as exc:
+        print(f"talaria hub: cannot bind {settings.hub_host}:{settings.hub_port}: {exc.strerror}", file=sys.stderr)
+        return 1
+    url = url_of(sock, settings.hub_host)
+    if settings.hub_port == 0 and not settings.hub_public_url:
+        # the browser origin must name the port actually bound
+        settings = _with_port(settings, sock.getsockname()[1])
+    app = create_app(settings, clock=clock)
+    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=10)
+    server = uvicorn.Server(config)
+    # uvicorn re-raises the signal it caught once it has stopped; a no-op handler makes that a clean exit.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: None)
+    try:
+        started = asyncio.run(_serve(server, sock, out, url))
+    finally:
+        sock.close()
+    return 0 if started else 1
+
+
+def _with_port(settings: Settings, port: int) -> Settings:
+    from dataclasses import replace
+
+    return replace(settings, hub_port=port)

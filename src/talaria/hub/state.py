@@ -1,0 +1,77 @@
+"""The hub's resources, opened in the ASGI lifespan and shared by every route through ``app.state.hub``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import structlog
+
+from talaria.accounts.service import Accounts
+from talaria.accounts.throttle import LoginThrottle
+from talaria.clock import Clock
+from talaria.hub.metrics import HubMetrics
+from talaria.hub.reaper import Reaper
+from talaria.hub.runtime.security_events import SecurityEvents
+from talaria.hub.websession import WebSessions, load_secret_key
+from talaria.lifecycle.engine import Engine
+from talaria.lifecycle.recovery import RecoveryReport
+from talaria.settings import Settings
+from talaria.store import migrations
+from talaria.store.interface import Store
+from talaria.store.open import open_store
+
+log = structlog.get_logger("talaria.hub")
+
+
+@dataclass
+class Hub:
+    settings: Settings
+    clock: Clock
+    store: Store
+    engine: Engine
+    accounts: Accounts
+    sessions: WebSessions
+    throttle: LoginThrottle
+    security_events: SecurityEvents
+    metrics: HubMetrics
+    reaper: Reaper
+    recovery: RecoveryReport
+
+    def tick(self) -> None:
+        """One reaper sweep."""
+        self.engine.expire_due()
+        self.sessions.prune()
+
+
+def open_hub(settings: Settings, clock: Clock) -> Hub:
+    """Open the store, apply pending migrations, run start-up recovery (lifecycle.md 10)."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    store = open_store(settings)
+    try:
+        applied = migrations.upgrade(store)
+        if applied:
+            log.info("migrations_applied", applied=applied)
+        engine = Engine(store, clock, settings)
+        metrics = HubMetrics()
+        engine.add_listener(metrics.on_signal)
+        report = engine.recover()
+        with store.write() as tx:
+            tx.run("tenant_ensure", name="default", now=clock.now_ms())
+    except BaseException:
+        store.close()
+        raise
+    hub = Hub(
+        settings=settings,
+        clock=clock,
+        store=store,
+        engine=engine,
+        accounts=Accounts(store, clock),
+        sessions=WebSessions(store, clock, load_secret_key(settings.data_dir), public_origin=settings.public_origin),
+        throttle=LoginThrottle(clock),
+        security_events=SecurityEvents(store, clock, settings.security_event_rate_per_minute),
+        metrics=metrics,
+        reaper=Reaper(lambda: None, settings.lifecycle_reaper_interval_s),
+        recovery=report,
+    )
+    hub.reaper = Reaper(hub.tick, settings.lifecycle_reaper_interval_s)
+    return hub

@@ -1,0 +1,162 @@
+"""Web sessions, CSRF and Origin checks (web-api.md 2).
+
+The cookie ``talaria_session`` carries only a random session id, signed with the hub's key from
+``<data_dir>/secret.key``; the store keeps the id's SHA-256 with the CSRF token. Checks run in
+order: session (401 ``unauthenticated``), CSRF and Origin on state-changing methods (403
+``csrf_failed``), admin routes (403 ``admin_required``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from itsdangerous import BadSignature, Signer
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from talaria.accounts.service import Account
+from talaria.canonical import sha256_hex
+from talaria.clock import Clock
+from talaria.errors import TalariaError
+from talaria.lifecycle.actor import PLATFORM_ADMIN, Actor
+from talaria.limits import SESSION_IDLE_S, SESSION_MAX_S
+from talaria.store.interface import Store
+
+COOKIE = "talaria_session"
+STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_TOUCH_EVERY_MS = 60_000
+
+
+def load_secret_key(data_dir: Path) -> bytes:
+    """Read ``secret.key``, creating it (32 random bytes, mode 600) at first start."""
+    path = data_dir / "secret.key"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_bytes()
+    key = secrets.token_bytes(32)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(key)
+    return key
+
+
+@dataclass(frozen=True)
+class WebUser:
+    account: Account
+    csrf_token: str
+    session_hash: str
+
+    @property
+    def is_admin(self) -> bool:
+        return self.account.role == "admin"
+
+    @property
+    def actor(self) -> Actor:
+        roles = frozenset({PLATFORM_ADMIN}) if self.is_admin else frozenset()
+        return Actor(self.account.principal, roles, "web", self.account.tenant)
+
+
+class WebSessions:
+    def __init__(self, store: Store, clock: Clock, secret_key: bytes, *, public_origin: str) -> None:
+        self.store = store
+        self.clock = clock
+        self.signer = Signer(secret_key, salt="talaria-session")
+        self.public_origin = public_origin
+        self.secure = public_origin.startswith("https://")
+
+    def create(self, account: Account) -> tuple[str, str]:
+        """A new session for ``account``: (cookie value, CSRF token)."""
+        session_id = secrets.token_urlsafe(32)
+        csrf = secrets.token_urlsafe(32)
+        with self.store.write() as tx:
+            tx.run(
+                "session_insert",
+                id_hash=sha256_hex(session_id),
+                username=account.username,
+                csrf_token=csrf,
+                auth_version=account.auth_version,
+                now=self.clock.now_ms(),
+            )
+        return self.signer.sign(session_id.encode()).decode(), csrf
+
+    def _session_hash(self, cookie: str | None) -> str | None:
+        if not cookie:
+            return None
+        try:
+            return sha256_hex(self.signer.unsign(cookie.encode()).decode())
+        except (BadSignature, UnicodeDecodeError):
+            return None
+
+    def lookup(self, cookie: str | None) -> WebUser | None:
+        """The live session of this cookie, or None (bad signature, ended, expired, account disabled)."""
+        id_hash = self._session_hash(cookie)
+        if id_hash is None:
+            return None
+        now = self.clock.now_ms()
+        with self.store.read() as tx:
+            row = tx.one("session_get", id_hash=id_hash)
+            account_row = tx.one("account_get", username=row["username"]) if row else None
+        if row is None or account_row is None or not row["enabled"]:
+            return None
+        if now - row["last_seen_at"] >= SESSION_IDLE_S * 1000 or now - row["created_at"] >= SESSION_MAX_S * 1000:
+            self.end_hash(id_hash)
+            return None
+        if now - row["last_seen_at"] >= _TOUCH_EVERY_MS:
+            with self.store.write() as tx:
+                tx.run("session_touch", id_hash=id_hash, now=now)
+        return WebUser(Account.from_row(account_row), row["csrf_token"], id_hash)
+
+    def end(self, cookie: str | None) -> None:
+        id_hash = self._session_hash(cookie)
+        if id_hash is not None:
+            self.end_hash(id_hash)
+
+    def end_hash(self, id_hash: str) -> None:
+        with self.store.write() as tx:
+            tx.run("session_delete", id_hash=id_hash)
+
+    def prune(self) -> int:
+        now = self.clock.now_ms()
+        with self.store.write() as tx:
+            return tx.run(
+                "session_prune",
+                idle_before=now - SESSION_IDLE_S * 1000,
+                created_before=now - SESSION_MAX_S * 1000,
+            )
+
+    def origin_ok(self, request: Request) -> bool:
+        return request.headers.get("origin") == self.public_origin
+
+    async def csrf_ok(self, request: Request, user: WebUser) -> bool:
+        presented = request.headers.get("x-csrf-token")
+        if presented is None:
+            content_type = request.headers.get("content-type", "")
+            if content_type.startswith(("application/x-www-form-urlencoded", "multipart/form-data")):
+                form = await request.form()
+                field = form.get("csrf_token")
+                presented = field if isinstance(field, str) else None
+        if presented is None:
+            return False
+        return hmac.compare_digest(presented.encode(), user.csrf_token.encode()) and self.origin_ok(request)
+
+
+def web_user(*, admin: bool = False) -> Callable[[Request], Awaitable[WebUser]]:
+    """A FastAPI dependency enforcing the session, CSRF/Origin and admin checks in that order."""
+
+    async def dependency(request: Request) -> WebUser:
+        sessions: WebSessions = request.app.state.hub.sessions
+        user = await run_in_threadpool(sessions.lookup, request.cookies.get(COOKIE))
+        if user is None:
+            raise TalariaError("unauthenticated", "sign in first")
+        if request.method in STATE_CHANGING and not await sessions.csrf_ok(request, user):
+            raise TalariaError("csrf_failed", "missing or wrong CSRF token or Origin")
+        if admin and not user.is_admin:
+            raise TalariaError("admin_required", "this needs an admin account")
+        return user
+
+    return dependency

@@ -1,0 +1,57 @@
+"""Shared fixtures: a real hub on 127.0.0.1 with a temporary data directory and a ManualClock."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from talaria.clock import ManualClock
+from talaria.testing.hub_server import HubServer
+
+# A synthetic per-run proxy secret (lifecycle.md 11); tests/integration scans files for it.
+PROXY_SECRET = "test-" + secrets.token_hex(24)
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def make_hub(tmp_path: Path, clock: ManualClock) -> Iterator[Callable[..., HubServer]]:
+    """``make_hub(**settings)`` starts a hub; every hub made is stopped at teardown."""
+    made: list[HubServer] = []
+
+    def factory(**settings: Any) -> HubServer:
+        server = HubServer(tmp_path / "data", clock, **settings).start()
+        made.append(server)
+        return server
+
+    yield factory
+    for server in made:
+        server.stop()
+
+
+@pytest.fixture
+def runtime_hub(make_hub: Callable[..., HubServer]) -> HubServer:
+    """A hub with the Runtime API on."""
+    return make_hub(runtime_api_enabled=True, runtime_api_proxy_secret=PROXY_SECRET)
+
+
+def add_account(server: HubServer, username: str, role: str = "user", **kwargs: Any) -> None:
+    server.hub.accounts.create(username=username, password=PASSWORD, role=role, **kwargs)
+
+
+def login(server: HubServer, username: str, password: str = PASSWORD) -> httpx.Client:
+    """A JSON API client signed in as ``username`` that sends Origin and the CSRF token."""
+    client = server.client(headers={"Origin": server.url})
+    response = client.post("/api/auth/login", json={"username": username, "password": password})
+    assert response.status_code == 200, response.text
+    client.headers["X-CSRF-Token"] = response.json()["csrfToken"]
+    return client

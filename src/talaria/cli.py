@@ -84,13 +84,27 @@ def cmd_db(args: argparse.Namespace) -> int:
     if args.action == "downgrade" and not args.yes:
         print("talaria db downgrade is destructive: it drops tables and their data; add --yes", file=sys.stderr)
         return 1
-    data_dir.mkdir(parents=True, exist_ok=True)
-    store = SQLiteStore(data_dir / "talaria.sqlite3")
+    if args.action == "status" and not (data_dir / "talaria.sqlite3").exists():
+        for name in migrations.SETS:  # report without creating a database as a side effect
+            want = len(migrations.available("sqlite", name))
+            print(f"{name}: version 0 of {want} ({want} pending; no database in {data_dir} yet)")
+        return 0
+    if args.action == "upgrade":
+        data_dir.mkdir(parents=True, exist_ok=True)
+        store = SQLiteStore(data_dir / "talaria.sqlite3")
+    else:
+        store = _store_for(data_dir)
     try:
         if args.action == "status":
             have, want = migrations.current(store), migrations.latest(store)
             for name in migrations.SETS:
-                state = "up to date" if have[name] == want[name] else f"{want[name] - have[name]} pending"
+                state = (
+                    "up to date"
+                    if have[name] == want[name]
+                    else f"{want[name] - have[name]} pending"
+                    if have[name] < want[name]
+                    else "newer than this release"
+                )
                 print(f"{name}: version {have[name]} of {want[name]} ({state})")
         elif args.action == "upgrade":
             applied = migrations.upgrade(store)

@@ -250,3 +250,5 @@ def validate(s: Settings) -> None:
         raise SettingsError("hub.public_url must be set when hub.host is a wildcard address")
     if s.database_url and not s.database_url.startswith(("postgresql://", "postgres://")):
         raise SettingsError("database.url must be empty (SQLite) or a postgresql:// URL")
+    if s.database_url:
+        raise SettingsError("database.url: the PostgreSQL backend is not available in this release yet")

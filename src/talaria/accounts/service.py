@@ -129,7 +129,14 @@ class Accounts:
             enabled = bool(changes.get("enabled", current.enabled))
             profiles = check_allowed_profiles(changes.get("allowedProfiles", current.allowed_profiles))
             team = bool(changes.get("canManageTeam", current.can_manage_team))
-            tx.run(
+            if new_hash is None and (role, enabled, profiles, team) == (
+                current.role,
+                current.enabled,
+                current.allowed_profiles,
+                current.can_manage_team,
+            ):
+                return current  # nothing changed: authVersion stays
+            changed = tx.run(
                 "account_update",
                 username=username,
                 role=role,
@@ -141,6 +148,8 @@ class Accounts:
                 expected_auth_version=current.auth_version,
                 now=self.clock.now_ms(),
             )
+            if changed != 1:
+                raise TalariaError("invalid_transition", "the account changed meanwhile; read it again")
             if new_hash or role != current.role or not enabled:
                 tx.run("session_delete_for_user", username=username)
             updated = tx.one("account_get", username=username)

@@ -12,6 +12,8 @@ from collections import deque
 from talaria.clock import Clock
 from talaria.limits import LOGIN_MAX_FAILURES, LOGIN_WINDOW_S
 
+_PRUNE_ABOVE = 10_000
+
 
 class LoginThrottle:
     def __init__(self, clock: Clock) -> None:
@@ -43,6 +45,14 @@ class LoginThrottle:
         with self._lock:
             for key in (f"user:{username}", f"peer:{peer}"):
                 self._recent(key, now).append(now)
+            if len(self._failures) > _PRUNE_ABOVE:
+                self._prune(now)
+
+    def _prune(self, now: int) -> None:
+        """Forget keys with no failure in the window (guessed usernames would otherwise pile up)."""
+        for key in list(self._failures):
+            if not self._recent(key, now):
+                del self._failures[key]
 
     def succeeded(self, *, username: str) -> None:
         with self._lock:

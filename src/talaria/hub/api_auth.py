@@ -41,7 +41,7 @@ async def login(body: LoginBody, request: Request, response: Response, hub: HubD
         )
     stored = await run_in_threadpool(hub.accounts.password_hash, body.username)
     ok = await run_in_threadpool(verify_password, stored, body.password)
-    account = hub.accounts.get(body.username) if ok else None
+    account = await run_in_threadpool(hub.accounts.get, body.username) if ok else None
     if account is None or not account.enabled:
         hub.throttle.failed(username=body.username, peer=peer)
         raise TalariaError("invalid_credentials", "wrong username or password")

@@ -108,15 +108,19 @@ async def list_audit(
             await run_in_threadpool(visible_job, hub, user, job)
     size = page_limit(limit)
     after = decode_cursor(cursor, (int,))
-    with hub.store.read() as tx:
-        rows = tx.all(
-            "audit_list",
-            tenant=user.account.tenant,
-            task_id=task,
-            job_id=job,
-            before_seq=after[0] if after else None,
-            limit=size + 1,
-        )
+
+    def read() -> list[Row]:
+        with hub.store.read() as tx:
+            return tx.all(
+                "audit_list",
+                tenant=user.account.tenant,
+                task_id=task,
+                job_id=job,
+                before_seq=after[0] if after else None,
+                limit=size + 1,
+            )
+
+    rows = await run_in_threadpool(read)
     more, rows = len(rows) > size, rows[:size]
     return {
         "events": [audit_json(r) for r in rows],

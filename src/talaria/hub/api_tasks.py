@@ -18,6 +18,7 @@ from talaria.hub.waiting import waiting_reason
 from talaria.ids import trace_id
 from talaria.lifecycle.machine import TaskState
 from talaria.limits import MAX_REJECT_REASON_CHARS, MAX_TASK_PROMPT_CHARS, MAX_TASK_TITLE_CHARS
+from talaria.store.interface import Row
 
 router = APIRouter(prefix="/api/tasks", tags=["tasks"])
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
@@ -73,16 +74,20 @@ async def list_tasks(
         raise TalariaError("invalid_request", "state is not a task state")
     size = page_limit(limit)
     after = decode_cursor(cursor, (int, str))
-    with hub.store.read() as tx:
-        rows = tx.all(
-            "task_list",
-            tenant=user.account.tenant,
-            created_by=None if user.is_admin else user.account.principal,
-            state=state,
-            cursor_at=after[0] if after else None,
-            cursor_id=after[1] if after else None,
-            limit=size + 1,
-        )
+
+    def read() -> list[Row]:
+        with hub.store.read() as tx:
+            return tx.all(
+                "task_list",
+                tenant=user.account.tenant,
+                created_by=None if user.is_admin else user.account.principal,
+                state=state,
+                cursor_at=after[0] if after else None,
+                cursor_id=after[1] if after else None,
+                limit=size + 1,
+            )
+
+    rows = await run_in_threadpool(read)
     more, rows = len(rows) > size, rows[:size]
     return {
         "tasks": [task_json(r) for r in rows],

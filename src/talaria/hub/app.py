@@ -58,20 +58,25 @@ class AccessLog:
             log.info("request", method=scope["method"], path=path, status=status, ms=round(elapsed * 1000, 1))
 
 
-def create_app(settings: Settings, *, clock: Clock | None = None, run_reaper: bool = True) -> FastAPI:
+def create_app(
+    settings: Settings, *, clock: Clock | None = None, run_reaper: bool = True, hub: Hub | None = None
+) -> FastAPI:
+    """The hub app. With ``hub`` (already opened by ``talaria hub``, which reports start-up errors in
+    one line) the lifespan adopts it; otherwise the lifespan opens one. Either way it closes it."""
     clock = clock or SystemClock()
+    opened = hub
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        hub = await run_in_threadpool(open_hub, settings, clock)
-        app.state.hub = hub
+        live = opened if opened is not None else await run_in_threadpool(open_hub, settings, clock)
+        app.state.hub = live
         if run_reaper:
-            hub.reaper.start()
+            live.reaper.start()
         try:
             yield
         finally:
-            hub.reaper.stop()
-            hub.store.close()
+            live.reaper.stop()
+            live.store.close()
 
     app = FastAPI(
         title="Talaria hub",
@@ -85,6 +90,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None, run_reaper: bo
         app.include_router(router)
     if settings.runtime_api_enabled:
         app.include_router(runtime_routes.router)
+    app.add_middleware(errors.InternalErrorGuard)
     app.add_middleware(BodyLimit)
     app.add_middleware(AccessLog)
     return app

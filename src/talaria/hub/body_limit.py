@@ -48,30 +48,30 @@ class BodyLimit:
                 if declared > self.limit:
                     await send_too_large(send)
                     return
+        # Buffer the whole body (at most the limit) before the app sees any of it, so that an
+        # oversized body is refused without the route having acted on its first part.
+        chunks: list[bytes] = []
         seen = 0
-        overflow = False
-        replaced = False
-
-        async def limited_receive() -> Message:
-            nonlocal seen, overflow
-            if overflow:
-                return {"type": "http.request", "body": b"", "more_body": False}
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    # Hand the app an empty, finished body; its answer is replaced by the 413 below.
-                    overflow = True
-                    return {"type": "http.request", "body": b"", "more_body": False}
-            return message
-
-        async def guarded_send(message: Message) -> None:
-            nonlocal replaced
-            if overflow:
-                if not replaced:
-                    replaced = True
-                    await send_too_large(send)
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.limit:
+                await send_too_large(send)
                 return
-            await send(message)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        delivered = False
 
-        await self.app(scope, limited_receive, guarded_send)
+        async def replay() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: wait for a disconnect, as the server would
+
+        await self.app(scope, replay, send)

@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from talaria.canonical import canonical_json
 from talaria.errors import TalariaError
@@ -72,7 +73,34 @@ def install(app: FastAPI) -> None:
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:
         return error_response(TalariaError("invalid_request", validation_message(exc.errors())))
 
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> Response:
-        log.exception("unhandled_error", path=request.url.path)
-        return error_response(TalariaError("internal_error", "internal error; the transaction was rolled back"))
+
+class InternalErrorGuard:
+    """Pure ASGI middleware: an unexpected exception becomes 500 ``internal_error`` and stops here.
+
+    Starlette's own catch-all answers and then re-raises, and uvicorn then resets the connection,
+    sometimes before the client has read the answer; this guard ends the exception instead.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            log.exception("unhandled_error", path=scope.get("path"))
+            if started:
+                raise
+            response = error_response(TalariaError("internal_error", "internal error; the transaction was rolled back"))
+            await response(scope, receive, send)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import socket
 import sys
@@ -10,15 +11,20 @@ from typing import TextIO
 
 import uvicorn
 
-from talaria.clock import Clock
+from talaria.clock import Clock, SystemClock
+from talaria.errors import SettingsError, TalariaError
 from talaria.hub.app import create_app
+from talaria.hub.state import open_hub
+from talaria.lifecycle.recovery import RecoveryError
 from talaria.settings import Settings
 
 
 def bind(host: str, port: int) -> socket.socket:
     """Bind (not yet listen) so that ``--port 0`` learns its port before the ready line."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio turns Nagle off (TCP_NODELAY) only for sockets that say so,
+    # and without it every small reply waits ~40 ms for a delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -48,7 +54,10 @@ async def _serve(server: uvicorn.Server, sock: socket.socket, out: TextIO, url: 
 
 
 def run_hub(settings: Settings, *, clock: Clock | None = None, out: TextIO = sys.stdout) -> int:
-    """Run until SIGTERM/SIGINT; 0 after a clean stop, 1 when start-up failed (the reason is logged)."""
+    """Run until SIGTERM/SIGINT; 0 after a clean stop, 1 when start-up failed (one line on stderr).
+
+    Order (lifecycle.md 10): bind (not listen), open the store, migrate, recover, then serve; the
+    listener opens only when all of that succeeded."""
     try:
         sock = bind(settings.hub_host, settings.hub_port)
     except OSError as exc:
@@ -58,7 +67,13 @@ def run_hub(settings: Settings, *, clock: Clock | None = None, out: TextIO = sys
     if settings.hub_port == 0 and not settings.hub_public_url:
         # the browser origin must name the port actually bound
         settings = _with_port(settings, sock.getsockname()[1])
-    app = create_app(settings, clock=clock)
+    try:
+        hub = open_hub(settings, clock or SystemClock())
+    except (TalariaError, RecoveryError, SettingsError) as exc:
+        sock.close()
+        print(f"talaria hub: {getattr(exc, 'message', None) or exc}", file=sys.stderr)
+        return 1
+    app = create_app(settings, clock=hub.clock, hub=hub)
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=10)
     server = uvicorn.Server(config)
     # uvicorn re-raises the signal it caught once it has stopped; a no-op handler makes that a clean exit.
@@ -72,6 +87,4 @@ def run_hub(settings: Settings, *, clock: Clock | None = None, out: TextIO = sys
 
 
 def _with_port(settings: Settings, port: int) -> Settings:
-    from dataclasses import replace
-
-    return replace(settings, hub_port=port)
+    return dataclasses.replace(settings, hub_port=port)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from talaria.errors import TalariaError
@@ -43,7 +43,19 @@ class Binding:
         return cls(**{name: value[name] for name in FIELDS})
 
     def as_dict(self) -> dict[str, str]:
-        return asdict(self)
+        # written out: dataclasses.asdict deep-copies and was a quarter of the engine's CPU time
+        return {
+            "tenant": self.tenant,
+            "task": self.task,
+            "trace": self.trace,
+            "principal": self.principal,
+            "provenance": self.provenance,
+            "run": self.run,
+            "dispatch": self.dispatch,
+            "job": self.job,
+            "cell": self.cell,
+            "profile": self.profile,
+        }
 
 
 def persisted_binding(dispatch: Mapping[str, Any], principal: str) -> Binding:

@@ -40,6 +40,9 @@ def recover(ctx: Context) -> RecoveryReport:
             + ", ".join(f"{name}: {n} pending" for name, n in missing.items())
             + "); run: talaria db upgrade"
         )
+    newer = migrations.ahead(ctx.store)
+    if newer:
+        log.warning("database_newer_than_release", versions=newer)
     with ctx.store.read() as tx:
         head = tx.one("audit_head_get")
         undispatched = tx.all("task_approved_undispatched")

@@ -92,5 +92,15 @@ def downgrade(store: Store, set_name: str, to_version: int) -> list[str]:
 
 
 def pending(store: Store) -> dict[str, int]:
+    """Migrations this release has and the database lacks, per set.
+
+    A database ahead of this release (after a release rollback) is not pending: the older release
+    keeps working on the tables it knows (lifecycle.md 9.3)."""
     have, want = current(store), latest(store)
-    return {name: want[name] - have[name] for name in SETS if want[name] != have[name]}
+    return {name: want[name] - have[name] for name in SETS if want[name] > have[name]}
+
+
+def ahead(store: Store) -> dict[str, int]:
+    """Sets whose stored version is newer than this release knows."""
+    have, want = current(store), latest(store)
+    return {name: have[name] for name in SETS if have[name] > want[name]}

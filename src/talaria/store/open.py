@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from talaria.errors import SettingsError
 from talaria.settings import Settings
 from talaria.store.interface import Store
 from talaria.store.sqlite import SQLiteStore
 
 
 def open_store(settings: Settings) -> Store:
-    if settings.database_url:
-        raise SettingsError("database.url: the PostgreSQL backend is not available in this release yet")
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     return SQLiteStore(
         settings.sqlite_path,

@@ -28,6 +28,7 @@ WHERE id = :id AND state = :expected_state AND revision = :expected_revision
 -- QUEUED (or, for admins, LEASED/RUNNING) jobs of DISPATCHED tasks in one cell and profile, oldest first.
 SELECT j.* FROM hermes_job j JOIN task t ON t.id = j.task_id
 WHERE j.tenant = :tenant AND j.cell = :cell AND j.profile = :profile AND j.state = :state
+  AND j.state IN ('QUEUED', 'LEASED', 'RUNNING')
   AND t.state = 'DISPATCHED'
 ORDER BY j.enqueued_at, j.id
 LIMIT :limit

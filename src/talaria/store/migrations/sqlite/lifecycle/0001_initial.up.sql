@@ -50,8 +50,11 @@ CREATE TABLE hermes_job (
     ),
     CHECK (cancel_requested = 0 OR state <> 'QUEUED')
 );
-CREATE INDEX hermes_job_queue ON hermes_job(tenant, cell, profile, state, enqueued_at, id);
-CREATE INDEX hermes_job_due ON hermes_job(state, lease_expires_at);
+-- Partial indexes: a job enters each only in the states its query asks for, so most transitions
+-- touch one index page or none.
+CREATE INDEX hermes_job_queue ON hermes_job(tenant, cell, profile, state, enqueued_at, id)
+    WHERE state IN ('QUEUED', 'LEASED', 'RUNNING');
+CREATE INDEX hermes_job_due ON hermes_job(lease_expires_at) WHERE state IN ('LEASED', 'RUNNING');
 CREATE INDEX hermes_job_listing ON hermes_job(tenant, enqueued_at DESC, id DESC);
 
 CREATE TABLE hermes_result (

@@ -184,7 +184,10 @@ class SQLiteStore:
             return
         if size > self._wal_limit:
             with self._write_lock:
-                self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                try:
+                    self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                except sqlite3.Error as exc:
+                    raise StoreUnavailable(f"WAL checkpoint failed: {exc}") from exc
             log.info("wal_checkpoint", wal_bytes_before=size)
 
     def close(self) -> None:

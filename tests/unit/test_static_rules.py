@@ -1,0 +1,349 @@
+"""Rules checked by reading the source tree (lifecycle.md 1, conventions 2 and 7, lifecycle.md 6.7)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+import talaria
+from talaria.errors import STATUS_BY_CODE, StoreUnavailable, TalariaError, all_codes
+from talaria.store.queries import parse
+
+PACKAGE = Path(talaria.__file__).resolve().parent
+STORE = PACKAGE / "store"
+LIFECYCLE = PACKAGE / "lifecycle"
+
+# The tables of lifecycle.md section 2 that only talaria.lifecycle writes.
+LIFECYCLE_TABLES = (
+    "task",
+    "dispatch",
+    "hermes_job",
+    "hermes_result",
+    "idempotency_key",
+    "execution_evidence",
+    "reconciliation",
+    "audit_event",
+)
+_TABLES = "|".join(LIFECYCLE_TABLES)
+# INSERT [OR x] INTO t, REPLACE INTO t, UPDATE [OR x] t, DELETE FROM t; quoted names too.
+WRITE_SQL = re.compile(
+    rf"""\b(?:INSERT(?:\s+OR\s+\w+)?\s+INTO|REPLACE\s+INTO|UPDATE(?:\s+OR\s+\w+)?|DELETE\s+FROM)\s+["`\[]?({_TABLES})["`\]]?(?=[\s(;]|$)""",
+    re.IGNORECASE,
+)
+
+
+def python_files(root: Path = PACKAGE) -> list[Path]:
+    files = sorted(root.rglob("*.py"))
+    assert files
+    return files
+
+
+def rel(path: Path) -> str:
+    return path.relative_to(PACKAGE.parent).as_posix()
+
+
+def string_constants(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+
+
+def writing_queries() -> dict[str, str]:
+    """Named queries (of every dialect) that INSERT, UPDATE or DELETE a lifecycle table -> the table."""
+    found: dict[str, str] = {}
+    files = sorted((STORE / "sql").rglob("*.sql"))
+    assert files
+    for path in files:
+        for query in parse(path.stem, path.read_text(encoding="utf-8")):
+            match = WRITE_SQL.search(query.sql)
+            if match:
+                found[query.name] = match.group(1).lower()
+    return found
+
+
+# ---------------------------------------------------------------- (a) one state machine
+
+
+def test_the_write_scan_finds_the_known_writers() -> None:
+    """Guards the scan itself: if it found nothing, the rule below would pass vacuously."""
+    found = writing_queries()
+    for name, table in {
+        "task_insert": "task",
+        "task_update": "task",
+        "dispatch_insert": "dispatch",
+        "dispatch_finish": "dispatch",
+        "job_insert": "hermes_job",
+        "job_update": "hermes_job",
+        "result_insert": "hermes_result",
+        "idempotency_put": "idempotency_key",
+        "idempotency_prune": "idempotency_key",
+        "evidence_insert": "execution_evidence",
+        "reconciliation_insert": "reconciliation",
+        "audit_insert": "audit_event",
+    }.items():
+        assert found.get(name) == table, name
+    # reads and other tables are not writers
+    for name in ("job_get", "task_get", "audit_scan", "tenant_ensure", "account_insert", "audit_head_set"):
+        assert name not in found
+
+
+def test_the_write_pattern() -> None:
+    assert WRITE_SQL.search("INSERT INTO hermes_job (id) VALUES (1)")
+    assert WRITE_SQL.search("insert or replace into task(id) values (1)")
+    assert WRITE_SQL.search('UPDATE "dispatch" SET status = 1')
+    assert WRITE_SQL.search("DELETE FROM audit_event WHERE seq = 2")
+    assert not WRITE_SQL.search("SELECT * FROM task")
+    assert not WRITE_SQL.search("UPDATE task_queue SET x = 1")
+    assert not WRITE_SQL.search("INSERT INTO account (username) VALUES (1)")
+
+
+def test_only_the_lifecycle_package_uses_the_writers_of_lifecycle_tables() -> None:
+    writers = set(writing_queries())
+    offenders = []
+    for path in python_files():
+        if path.is_relative_to(LIFECYCLE):
+            continue
+        used = writers.intersection(string_constants(path))
+        if used:
+            offenders.append(f"{rel(path)}: {sorted(used)}")
+    assert offenders == []
+
+
+def test_only_the_orchestrator_finishes_dispatches_and_records_reconciliations() -> None:
+    """DESIGN.md principle 2: only reconcile_hermes moves a Dispatch to a terminal state."""
+    users: dict[str, set[str]] = {"dispatch_finish": set(), "reconciliation_insert": set()}
+    for path in python_files():
+        constants = set(string_constants(path))
+        for name, where in users.items():
+            if name in constants:
+                where.add(rel(path))
+    assert users["dispatch_finish"] == {"talaria/lifecycle/orchestrator.py"}
+    assert users["reconciliation_insert"] == {"talaria/lifecycle/orchestrator.py"}
+
+
+def test_no_raw_sql_writes_lifecycle_tables_outside_the_store() -> None:
+    offenders = []
+    for path in python_files():
+        if path.is_relative_to(STORE):
+            continue
+        for text in string_constants(path):
+            match = WRITE_SQL.search(text)
+            if match:
+                offenders.append(f"{rel(path)}: {match.group(0)!r}")
+    assert offenders == []
+
+
+STATE_NAMES = frozenset(
+    {"QUEUED", "LEASED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"}
+    | {"DRAFT", "PENDING_APPROVAL", "APPROVED", "REJECTED", "DISPATCHED"}
+)
+
+
+def _state_definitions(path: Path) -> list[str]:
+    """Enum classes with state members, and literal collections of two or more state names."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            members = {
+                target.id
+                for item in node.body
+                if isinstance(item, ast.Assign)
+                for target in item.targets
+                if isinstance(target, ast.Name)
+            }
+            if members & STATE_NAMES:
+                found.append(f"class {node.name} at line {node.lineno}")
+        elif isinstance(node, ast.Set | ast.List | ast.Tuple):
+            names = {e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in STATE_NAMES}
+            if len(names) >= 2:
+                found.append(f"{sorted(names)} at line {node.lineno}")
+    return found
+
+
+def test_the_state_scan_sees_the_lifecycle_definitions() -> None:
+    assert _state_definitions(LIFECYCLE / "machine.py")
+
+
+def test_no_other_package_defines_queue_lease_or_task_states() -> None:
+    offenders = []
+    for path in python_files():
+        if path.is_relative_to(LIFECYCLE):
+            continue
+        offenders += [f"{rel(path)}: {found}" for found in _state_definitions(path)]
+    assert offenders == []
+
+
+def test_runtime_handlers_do_not_import_task_or_dispatch_writers() -> None:
+    """Scenario 24: Runtime API handlers never call Task or Dispatch writers (they go through the engine)."""
+    forbidden = {"talaria.lifecycle.tasks", "talaria.lifecycle.orchestrator", "talaria.lifecycle.journal"}
+    for path in python_files(PACKAGE / "hub" / "runtime"):
+        imported = _imported_modules(path)
+        assert not imported & forbidden, rel(path)
+        assert "reconcile_hermes" not in path.read_text(encoding="utf-8"), rel(path)
+
+
+# ---------------------------------------------------------------- (c) drivers in their adapters
+
+
+def _imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+            out.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute | ast.Name)
+            and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id)
+            in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            out.add(node.args[0].value)
+    return out
+
+
+def test_the_import_scan_sees_sqlite3_in_its_adapter() -> None:
+    assert "sqlite3" in _imported_modules(STORE / "sqlite.py")
+
+
+def test_sqlite3_is_imported_only_by_the_sqlite_store() -> None:
+    importers = sorted(
+        rel(path)
+        for path in python_files()
+        if any(m == "sqlite3" or m.startswith("sqlite3.") for m in _imported_modules(path))
+    )
+    assert importers == ["talaria/store/sqlite.py"]
+
+
+# ---------------------------------------------------------------- (d) time comes from the clock
+
+CLOCK_FREE = ("lifecycle", "store", "hub", "accounts")
+FORBIDDEN_TEXT = ("time.time(", "time.time_ns(", "datetime.now(", "datetime.utcnow(", "datetime.today(", "date.today(")
+
+
+def _wall_clock_calls(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "time":
+            found += [f"from time import {a.name}" for a in node.names if a.name in ("time", "time_ns")]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            owner_name = (
+                owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+            )
+            if (owner_name, node.func.attr) in {
+                ("time", "time"),
+                ("time", "time_ns"),
+                ("time", "localtime"),
+                ("time", "gmtime"),
+                ("datetime", "now"),
+                ("datetime", "utcnow"),
+                ("datetime", "today"),
+                ("date", "today"),
+            }:
+                found.append(f"{owner_name}.{node.func.attr}() at line {node.lineno}")
+    return found
+
+
+@pytest.mark.parametrize("folder", CLOCK_FREE)
+def test_no_wall_clock_reads_outside_the_clock(folder: str) -> None:
+    offenders = []
+    for path in python_files(PACKAGE / folder):
+        text = path.read_text(encoding="utf-8")
+        offenders += [f"{rel(path)}: {t}" for t in FORBIDDEN_TEXT if t in text]
+        offenders += [f"{rel(path)}: {c}" for c in _wall_clock_calls(path)]
+    assert offenders == []
+
+
+def test_the_clock_scan_would_see_a_wall_clock_read(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("import time\nfrom datetime import datetime\nx = time.time()\ny = datetime.now()\n")
+    assert len(_wall_clock_calls(sample)) == 2
+    sample.write_text("import time\nx = time.perf_counter()\n")
+    assert _wall_clock_calls(sample) == []
+
+
+# ---------------------------------------------------------------- (e) error codes and statuses
+
+SPEC_STATUS = {
+    # lifecycle.md 6.7
+    "invalid_request": 400,
+    "idempotency_key_required": 400,
+    "idempotency_key_invalid": 400,
+    "proxy_identity_missing": 401,
+    "proxy_identity_invalid": 401,
+    "proxy_timestamp_skew": 401,
+    "proxy_signature_invalid": 401,
+    "peer_not_allowed": 403,
+    "role_forbidden": 403,
+    "self_approval_forbidden": 403,
+    "not_found": 404,
+    "job_not_found": 404,
+    "method_not_allowed": 405,
+    "payload_too_large": 413,
+    "dispatch_missing": 409,
+    "not_approved": 409,
+    "already_leased": 409,
+    "invalid_transition": 409,
+    "lease_expired": 409,
+    "stale_lease": 409,
+    "lease_mismatch": 409,
+    "terminal_conflict": 409,
+    "reconcile_rejected": 409,
+    "idempotency_key_reused": 422,
+    "internal_error": 500,
+    "store_unavailable": 503,
+    # web-api.md 2, 3, 5
+    "invalid_credentials": 401,
+    "login_throttled": 429,
+    "unauthenticated": 401,
+    "csrf_failed": 403,
+    "admin_required": 403,
+    "not_author": 403,
+    "account_exists": 409,
+    "weak_password": 400,
+}
+
+
+@pytest.mark.parametrize(("code", "status"), sorted(SPEC_STATUS.items()))
+def test_spec_codes_have_the_spec_status(code: str, status: int) -> None:
+    assert STATUS_BY_CODE.get(code) == status
+    error = TalariaError(code, "message")
+    assert error.status == status
+    assert error.body() == {"code": code, "error": "message"}
+
+
+@pytest.mark.parametrize("status", [403, 409])
+def test_binding_mismatch_is_403_or_409(status: int) -> None:
+    assert "binding_mismatch" in all_codes()
+    assert TalariaError("binding_mismatch", "m", status=status).status == status
+
+
+def test_binding_mismatch_needs_an_explicit_status() -> None:
+    with pytest.raises(ValueError):
+        TalariaError("binding_mismatch", "m")
+
+
+def test_unknown_codes_are_refused() -> None:
+    with pytest.raises(ValueError):
+        TalariaError("no_such_code", "m")
+
+
+def test_codes_are_lower_snake_case() -> None:
+    assert all(re.fullmatch(r"[a-z][a-z0-9]*(_[a-z0-9]+)*", code) for code in all_codes())
+
+
+def test_store_unavailable_is_503_with_retry_after() -> None:
+    error = StoreUnavailable()
+    assert (error.code, error.status) == ("store_unavailable", 503)
+    assert error.headers == {"Retry-After": "1"}
+    assert isinstance(error, TalariaError)

@@ -11,11 +11,19 @@ import httpx
 import pytest
 
 from talaria.clock import ManualClock
+from talaria.logs import configure_logging
 from talaria.testing.hub_server import HubServer
 
 # A synthetic per-run proxy secret (lifecycle.md 11); tests/integration scans files for it.
 PROXY_SECRET = "test-" + secrets.token_hex(24)
 PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _structured_logs_to_pytest() -> None:
+    """Route the hub's structured logs through standard logging into pytest's capture (shown on a
+    failure, scanned for secrets by the acceptance tests) instead of printing them from threads."""
+    configure_logging("INFO", to_stderr=False)
 
 
 @pytest.fixture

@@ -86,8 +86,8 @@ def cmd_db(args: argparse.Namespace) -> int:
         return 1
     if args.action == "status" and not (data_dir / "talaria.sqlite3").exists():
         for name in migrations.SETS:  # report without creating a database as a side effect
-            want = len(migrations.available("sqlite", name))
-            print(f"{name}: version 0 of {want} ({want} pending; no database in {data_dir} yet)")
+            count = len(migrations.available("sqlite", name))
+            print(f"{name}: version 0 of {count} ({count} pending; no database in {data_dir} yet)")
         return 0
     if args.action == "upgrade":
         data_dir.mkdir(parents=True, exist_ok=True)

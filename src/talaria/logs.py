@@ -20,7 +20,9 @@ _SHARED: list[structlog.types.Processor] = [
 ]
 
 
-def configure_logging(level: str | None = None) -> None:
+def configure_logging(level: str | None = None, *, to_stderr: bool = True) -> None:
+    """JSON lines on standard error; ``to_stderr=False`` leaves the root handlers alone (tests let
+    pytest capture the records)."""
     name = (level or os.environ.get("TALARIA_LOG_LEVEL") or "INFO").upper()
     numeric = logging.getLevelNamesMapping().get(name, logging.INFO)
     handler = logging.StreamHandler(sys.stderr)
@@ -35,7 +37,8 @@ def configure_logging(level: str | None = None) -> None:
         )
     )
     root = logging.getLogger()
-    root.handlers = [handler]
+    if to_stderr:
+        root.handlers = [handler]
     root.setLevel(numeric)
     for noisy in ("httpx", "httpcore"):  # request lines would repeat what the access log says
         logging.getLogger(noisy).setLevel(max(numeric, logging.WARNING))

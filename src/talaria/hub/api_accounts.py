@@ -11,8 +11,9 @@ from starlette.concurrency import run_in_threadpool
 from talaria.errors import TalariaError
 from talaria.hub.deps import AdminDep, HubDep, StrictBody
 from talaria.hub.views import decode_cursor, encode_cursor, page_limit
+from talaria.hub.websession import WebRoute
 
-router = APIRouter(prefix="/api/admin/accounts", tags=["accounts"])
+router = APIRouter(prefix="/api/admin/accounts", tags=["accounts"], route_class=WebRoute)
 
 
 class CreateAccount(StrictBody):

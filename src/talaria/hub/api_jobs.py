@@ -14,13 +14,14 @@ from talaria.hub.state import Hub
 from talaria.hub.views import audit_json, decode_cursor, encode_cursor, job_json, page_limit
 from talaria.hub.visibility import visible_job, visible_task
 from talaria.hub.waiting import waiting_reason
+from talaria.hub.websession import WebRoute
 from talaria.lifecycle.binding import persisted_binding
 from talaria.lifecycle.machine import JobState
 from talaria.lifecycle.reads import result_payload
 from talaria.limits import MAX_CANCEL_REASON_CHARS
 from talaria.store.interface import Row
 
-router = APIRouter(tags=["jobs", "audit"])
+router = APIRouter(tags=["jobs", "audit"], route_class=WebRoute)
 
 
 class CancelJob(StrictBody):

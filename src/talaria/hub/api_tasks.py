@@ -15,12 +15,13 @@ from talaria.hub.deps import AdminDep, HubDep, StrictBody, UserDep
 from talaria.hub.views import decode_cursor, dispatch_json, encode_cursor, job_json, page_limit, task_json
 from talaria.hub.visibility import visible_task
 from talaria.hub.waiting import waiting_reason
+from talaria.hub.websession import WebRoute
 from talaria.ids import trace_id
 from talaria.lifecycle.machine import TaskState
 from talaria.limits import MAX_REJECT_REASON_CHARS, MAX_TASK_PROMPT_CHARS, MAX_TASK_TITLE_CHARS
 from talaria.store.interface import Row
 
-router = APIRouter(prefix="/api/tasks", tags=["tasks"])
+router = APIRouter(prefix="/api/tasks", tags=["tasks"], route_class=WebRoute)
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 

@@ -11,6 +11,23 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from talaria.canonical import canonical_json
 from talaria.limits import MAX_BODY_BYTES
 
+# How much of an oversized body is read and thrown away before answering 413: a server that closes
+# while the client is still sending makes the client's TCP stack reset the connection, and the 413
+# is lost. Past this much, losing the answer is the lesser evil.
+DRAIN_LIMIT = 8 * MAX_BODY_BYTES
+
+
+async def drain(receive: Receive, already: int = 0) -> None:
+    """Read and discard the rest of a request body, up to ``DRAIN_LIMIT`` bytes in all."""
+    seen = already
+    while seen <= DRAIN_LIMIT:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        seen += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
+
 
 async def send_too_large(send: Send) -> None:
     body = canonical_json({"code": "payload_too_large", "error": "the request body is larger than 1 MiB"})
@@ -46,6 +63,7 @@ class BodyLimit:
                 except ValueError:
                     declared = 0
                 if declared > self.limit:
+                    await drain(receive)
                     await send_too_large(send)
                     return
         # Buffer the whole body (at most the limit) before the app sees any of it, so that an
@@ -59,6 +77,8 @@ class BodyLimit:
             chunk = message.get("body", b"")
             seen += len(chunk)
             if seen > self.limit:
+                if message.get("more_body", False):
+                    await drain(receive, seen)
                 await send_too_large(send)
                 return
             chunks.append(chunk)

@@ -11,13 +11,16 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from fastapi.routing import APIRoute
 from itsdangerous import BadSignature, Signer
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
+from starlette.responses import Response
 
 from talaria.accounts.service import Account
 from talaria.canonical import sha256_hex
@@ -145,18 +148,49 @@ class WebSessions:
         return hmac.compare_digest(presented.encode(), user.csrf_token.encode()) and self.origin_ok(request)
 
 
-def web_user(*, admin: bool = False) -> Callable[[Request], Awaitable[WebUser]]:
-    """A FastAPI dependency enforcing the session, CSRF/Origin and admin checks in that order."""
+async def authenticate(request: Request, *, admin: bool) -> WebUser:
+    """Session (401), then CSRF and Origin on state-changing methods (403), then admin (403)."""
+    sessions: WebSessions = request.app.state.hub.sessions
+    user = await run_in_threadpool(sessions.lookup, request.cookies.get(COOKIE))
+    if user is None:
+        raise TalariaError("unauthenticated", "sign in first")
+    if request.method in STATE_CHANGING and not await sessions.csrf_ok(request, user):
+        raise TalariaError("csrf_failed", "missing or wrong CSRF token or Origin")
+    if admin and not user.is_admin:
+        raise TalariaError("admin_required", "this needs an admin account")
+    return user
 
-    async def dependency(request: Request) -> WebUser:
-        sessions: WebSessions = request.app.state.hub.sessions
-        user = await run_in_threadpool(sessions.lookup, request.cookies.get(COOKIE))
-        if user is None:
-            raise TalariaError("unauthenticated", "sign in first")
-        if request.method in STATE_CHANGING and not await sessions.csrf_ok(request, user):
-            raise TalariaError("csrf_failed", "missing or wrong CSRF token or Origin")
-        if admin and not user.is_admin:
-            raise TalariaError("admin_required", "this needs an admin account")
-        return user
 
-    return dependency
+class WebUserDependency:
+    """The signed-in user as a FastAPI dependency; ``WebRoute`` runs the checks before the body."""
+
+    def __init__(self, *, admin: bool) -> None:
+        self.admin = admin
+
+    async def __call__(self, request: Request) -> WebUser:
+        checked: WebUser | None = getattr(request.state, "web_user", None)
+        if checked is not None:
+            return checked
+        return await authenticate(request, admin=self.admin)
+
+
+def web_user(*, admin: bool = False) -> WebUserDependency:
+    return WebUserDependency(admin=admin)
+
+
+class WebRoute(APIRoute):
+    """A route whose session, CSRF and admin checks run before FastAPI reads and validates the body,
+    so an anonymous request gets 401 whatever it sends (web-api.md 2)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        wanted = [d.call for d in self.dependant.dependencies if isinstance(d.call, WebUserDependency)]
+        if not wanted:
+            return handler
+        admin = any(dep.admin for dep in wanted)
+
+        async def checked(request: Request) -> Response:
+            request.state.web_user = await authenticate(request, admin=admin)
+            return await handler(request)
+
+        return checked

@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 from talaria.canonical import digest, sha256_hex
 from talaria.errors import TalariaError
+from talaria.hub.body_limit import DRAIN_LIMIT
 from talaria.hub.errors import error_response
 from talaria.hub.runtime import bodies
 from talaria.hub.runtime.identity import ProxyIdentity, is_loopback, verify
@@ -65,15 +66,22 @@ def _peer(request: Request) -> str:
 
 
 async def _read_body(request: Request) -> bytes:
+    """The whole body, or 413 after reading (and discarding) what a client may still be sending."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise TalariaError("payload_too_large", "the request body is larger than 1 MiB")
-    chunks, size = [], 0
+    too_large = declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES
+    chunks: list[bytes] = []
+    size = 0
     async for chunk in request.stream():
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise TalariaError("payload_too_large", "the request body is larger than 1 MiB")
-        chunks.append(chunk)
+        if size > DRAIN_LIMIT:
+            break
+        if not too_large and size > MAX_BODY_BYTES:
+            too_large = True
+            chunks.clear()
+        if not too_large:
+            chunks.append(chunk)
+    if too_large:
+        raise TalariaError("payload_too_large", "the request body is larger than 1 MiB")
     return b"".join(chunks)
 
 

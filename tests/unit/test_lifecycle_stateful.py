@@ -5,6 +5,10 @@ fail, holder and admin cancel, reaper sweeps, same-key replays, restarts) with a
 compares every answer code with a small pure-Python reference model of the job state machine of
 lifecycle.md 4-6. After every step invariants I1-I8 are checked against the database, read through a
 separate ``sqlite3`` connection (SELECT only).
+
+The model follows the spec, not the engine: a disagreement fails the test with the request, the
+expected code and the engine's answer. The run also counts the paths it reached and fails if one of
+``REQUIRED_OUTCOMES`` or ``REQUIRED_CODES`` never happened, so the property cannot pass vacuously.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import re
 import shutil
 import sqlite3
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -49,7 +54,7 @@ RETENTION_S = 86_400
 # One profile per job: (profile, max_attempts, max_life_s); "once" has a settings-file override.
 PROFILES = (("default", MAX_ATTEMPTS, MAX_LIFE_S), ("once", 1, 45), ("default", MAX_ATTEMPTS, MAX_LIFE_S))
 
-EXAMPLES = 50
+EXAMPLES = 100
 STEPS_PER_EXAMPLE = 50
 MIN_TOTAL_STEPS = 2_000
 
@@ -63,7 +68,11 @@ HOLDER_ALLOWED = {
     "cancel_holder": LEASED,
 }
 FINISH_KIND = {"complete": "SUCCEEDED", "fail": "FAILED", "cancel_holder": "CANCELLED"}
-FINISH_AUDIT = {"complete": "hermes.job.completed", "fail": "hermes.job.failed", "cancel_holder": "hermes.job.cancelled"}
+FINISH_AUDIT = {
+    "complete": "hermes.job.completed",
+    "fail": "hermes.job.failed",
+    "cancel_holder": "hermes.job.cancelled",
+}
 FINISH_EVIDENCE = {"complete": "complete", "fail": "fail", "cancel_holder": "cancel"}
 IDEM_OPERATION = {
     "claim": "claim",
@@ -90,6 +99,7 @@ PLACEHOLDER = "<lease id minted by the engine>"
 NO_LEASE = ("0" * 32, 0)
 
 STEPS_RUN = 0
+OUTCOMES: Counter[str] = Counter()
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,6 +245,7 @@ class Model:
         from_state = job.state
         job.epoch += 1
         job.clear_lease()
+        OUTCOMES[f"expire:{reason}"] += 1
         if job.cancel:
             kind, code, type_ = "CANCELLED", "lease_expired_cancel_requested", "hermes.job.cancelled"
         elif job.attempt >= job.max_attempts:
@@ -243,6 +254,7 @@ class Model:
             job.state = "QUEUED"
             job.event("hermes.job.requeued", from_state, reason, "requeue")
             return
+        OUTCOMES[f"expire:{code}"] += 1
         result_digest = digest({"reason_code": code})
         response = canonical_json(job.terminal_body(kind, result_digest))
         job.state = kind
@@ -386,7 +398,7 @@ class Model:
         kind = FINISH_KIND[op]
         result_digest = self.result_digest(req)
         data = job.terminal_body(kind, result_digest)
-        reason = {"complete": None, "fail": req.payload["code"], "cancel_holder": "holder_cancel"}[op]
+        reason = req.payload["code"] if op == "fail" else ("holder_cancel" if op == "cancel_holder" else None)
         if op == "cancel_holder":
             data["cancel_requested"] = job.cancel
         from_state = job.state
@@ -405,13 +417,13 @@ class Model:
             data = job.terminal_body("CANCELLED", result_digest) | {"cancel_requested": False}
             job.state = "CANCELLED"
             job.finished_at = now
-            job.terminal = Terminal(
-                "CANCELLED", "admin_cancel", None, job.epoch, result_digest, canonical_json(data)
-            )
+            job.terminal = Terminal("CANCELLED", "admin_cancel", None, job.epoch, result_digest, canonical_json(data))
             job.event("hermes.job.cancelled", "QUEUED", "admin_cancel", "cancel")
             return Expect(data=data, store_key=True)
         if job.cancel:  # a repeated admin cancel: no-op 200, no key
+            OUTCOMES["admin_cancel_repeated"] += 1
             return Expect(data=job.pending_cancel_body())
+        OUTCOMES["admin_cancel_requested"] += 1
         job.cancel = True  # row 9
         job.cancel_at = now
         job.cancel_by = actor.principal
@@ -431,13 +443,20 @@ class Model:
 
 workers = st.sampled_from(sorted(WORKERS))
 job_indexes = st.integers(0, len(PROFILES) - 1)
+operations = st.sampled_from(
+    ["next"] * 8 + ["claim"] * 2 + ["start"] * 2 + ["heartbeat"] * 2 + ["complete", "fail", "cancel_holder"]
+)
 lease_choices = st.sampled_from(["own", "own", "own", "own", "current", "other", "bumped"])
+variants = st.integers(0, 99)
 key_picks = st.integers(0, 99)  # < 85: a fresh key; else reuse an issued key string (any scope)
-progresses = st.sampled_from([None, {"p": 1}, {"p": 2}])
-summaries = st.sampled_from(["s1", "s2"])
-error_codes = st.sampled_from(["e1", "e2"])
-reasons = st.sampled_from(["r1", "r2"])
-advances = st.sampled_from([1, 5, 10, 15, 31, 100])
+advances = st.sampled_from([1, 5, 10, 15, 31])
+SUMMARIES = ("s1", "s2")
+ERROR_CODES = ("e1", "e2")
+REASONS = ("r1", "r2")
+MISUSES = ("admin_claims", "worker_admin_cancels", "bad_binding_claim", "bad_binding_heartbeat")
+# What a holder does next on a RUNNING job, by ``variant``: mostly heartbeat, then complete.
+RUNNING_NEXT = ((45, "heartbeat"), (85, "complete"), (93, "fail"), (100, "cancel_holder"))
+HOLDER_NAME = {actor.principal: name for name, actor in WORKERS.items()}
 
 
 class LifecycleMachine(RuleBasedStateMachine):
@@ -503,6 +522,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.reader.execute("PRAGMA query_only=ON")
         self.memory: dict[tuple[str, int], tuple[str, int]] = {}  # (worker, job) -> last lease got
         self.issued: list[Req] = []
+        self.finishes: list[Req] = []  # complete, fail and holder cancel requests that ended a job
         self.keys: list[str] = []
         self.key_counter = 0
         self.last_epoch = [0] * len(jobs)
@@ -583,6 +603,9 @@ class LifecycleMachine(RuleBasedStateMachine):
             result = None
             got = (exc.status, exc.code)
         where = f"{req!r} at t={now}"
+        OUTCOMES[f"{req.op}:{expect.code or ('replayed' if expect.replayed else 'ok')}"] += 1
+        if expect.body is not None and not expect.replayed:
+            OUTCOMES["terminal_replay"] += 1
         if expect.code is not None:
             assert got[1] == expect.code, f"{where}: expected {expect.code}, engine answered {got}"
             if expect.status is not None:
@@ -615,6 +638,8 @@ class LifecycleMachine(RuleBasedStateMachine):
                 self.model.keys[self.model.scope(req)] = StoredKey(
                     req.request_digest, 200, result.body, now + RETENTION_S * 1000
                 )
+            if req.op in FINISH_KIND and expect.data is not None:
+                self.finishes.append(req)
             if req.op == "claim" and "lease" in result.data and req.who in WORKERS:
                 lease = result.data["lease"]
                 self.memory[(req.who, req.job)] = (lease["lease_id"], lease["lease_epoch"])
@@ -625,98 +650,152 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     # ---- worker and admin rules ------------------------------------------------------------
 
-    @rule(who=workers, job=job_indexes, pick=key_picks)
-    def claim(self, who: str, job: int, pick: int) -> None:
+    def _act(self, job: int, who: str, op: str, choice: str, variant: int, pick: int) -> None:
+        """One worker call. ``next`` is what a well-behaved worker would do now (the holder, with its
+        own lease); the other operations are arbitrary and often refused."""
         self._count_step()
+        m = self.model.jobs[job]
+        OUTCOMES["var:" + str(variant // 10)] += 1
+        if op == "next" and m.state == "RUNNING":
+            OUTCOMES["varrun:" + str(variant // 10)] += 1
+        if op == "next":
+            choice = "own"
+            holder = HOLDER_NAME.get(m.owner or "")
+            if m.state == "QUEUED":
+                op = "claim"
+            elif m.state == "LEASED":
+                who = holder or who
+                op = "start" if variant < 75 else "heartbeat"
+            elif m.state == "RUNNING":
+                who = holder or who
+                op = next(name for bound, name in RUNNING_NEXT if variant < bound)
+            else:
+                # a worker whose answer was lost sends its finishing request again, under a new key
+                ended = [r for r in self.finishes if r.job == job]
+                if ended and variant < 50:
+                    self._exec(replace(ended[-1], key=self._fresh_key()))
+                    return
+                op = "complete"
+        key = self._key(pick)
         binding = self._binding(who, job)
-        self._exec(Req("claim", who, job, self._key(pick), binding, instance=INSTANCES[who]))
-
-    @rule(who=workers, job=job_indexes, choice=lease_choices, pick=key_picks)
-    def start(self, who: str, job: int, choice: str, pick: int) -> None:
-        self._count_step()
+        if op == "claim":
+            self._exec(Req(op, who, job, key, binding, instance=INSTANCES[who]))
+            return
         lease = self._lease(who, job, choice)
-        self._exec(Req("start", who, job, self._key(pick), self._binding(who, job), lease=lease))
+        payload: Any
+        if op == "heartbeat":
+            payload = [None, {"p": 1}, {"p": 2}][variant % 3]
+        elif op == "complete":
+            payload = {"outputs": {}, "artifacts": [], "summary": SUMMARIES[variant % 2]}
+        elif op == "fail":
+            payload = {"code": ERROR_CODES[variant % 2], "message": "m", "retryable": variant % 4 < 2}
+        elif op == "cancel_holder":
+            payload = REASONS[variant % 2]
+        else:
+            payload = None
+        self._exec(Req(op, who, job, key, binding, lease=lease, payload=payload))
 
-    @rule(who=workers, job=job_indexes, choice=lease_choices, progress=progresses, pick=key_picks)
-    def heartbeat(self, who: str, job: int, choice: str, progress: dict[str, int] | None, pick: int) -> None:
-        self._count_step()
-        lease = self._lease(who, job, choice)
-        binding = self._binding(who, job)
-        self._exec(Req("heartbeat", who, job, self._key(pick), binding, lease=lease, payload=progress))
+    # Registered several times so that calls outweigh clock, reaper and restart steps.
+    @rule(job=job_indexes, who=workers, op=operations, choice=lease_choices, variant=variants, pick=key_picks)
+    def act(self, job: int, who: str, op: str, choice: str, variant: int, pick: int) -> None:
+        self._act(job, who, op, choice, variant, pick)
 
-    @rule(who=workers, job=job_indexes, choice=lease_choices, summary=summaries, pick=key_picks)
-    def complete(self, who: str, job: int, choice: str, summary: str, pick: int) -> None:
-        self._count_step()
-        lease = self._lease(who, job, choice)
-        result = {"outputs": {}, "artifacts": [], "summary": summary}
-        self._exec(Req("complete", who, job, self._key(pick), self._binding(who, job), lease=lease, payload=result))
+    @rule(job=job_indexes, who=workers, op=operations, choice=lease_choices, variant=variants, pick=key_picks)
+    def act_again(self, job: int, who: str, op: str, choice: str, variant: int, pick: int) -> None:
+        self._act(job, who, op, choice, variant, pick)
+
+    @rule(job=job_indexes, who=workers, op=operations, choice=lease_choices, variant=variants, pick=key_picks)
+    def act_once_more(self, job: int, who: str, op: str, choice: str, variant: int, pick: int) -> None:
+        self._act(job, who, op, choice, variant, pick)
+
+    @rule(job=job_indexes, who=workers, op=operations, choice=lease_choices, variant=variants, pick=key_picks)
+    def act_yet_again(self, job: int, who: str, op: str, choice: str, variant: int, pick: int) -> None:
+        self._act(job, who, op, choice, variant, pick)
+
+    @precondition(lambda self: any(m.state in LEASED for m in self.model.jobs))
+    @rule(
+        i=st.integers(0, 10**6),
+        offset_ms=st.sampled_from([-1, 0, 0, 1, 5_000]),
+        op=st.sampled_from(["start", "heartbeat", "heartbeat", "complete", "fail"]),
+        variant=variants,
+    )
+    def holder_calls_at_expiry(self, i: int, offset_ms: int, op: str, variant: int) -> None:
+        """The holder of a lease stalls until just before, exactly at, or after its expiry and then
+        calls with its own lease: live while now < expires_at, else 409 lease_expired (scenario 14)."""
+        held = [m for m in self.model.jobs if m.state in LEASED]
+        m = held[i % len(held)]
+        assert m.expires_at is not None and m.owner is not None
+        target = m.expires_at + offset_ms
+        if target > self.clock.now_ms():
+            self.clock.set_ms(target)
+        self._act(m.idx, HOLDER_NAME[m.owner], op, "own", variant, pick=0)
 
     @rule(
-        who=workers, job=job_indexes, choice=lease_choices, code=error_codes, retryable=st.booleans(), pick=key_picks
+        job=job_indexes,
+        leased=st.sampled_from([True, True, True, True, True, False]),
+        reason=st.sampled_from(REASONS),
+        pick=key_picks,
     )
-    def fail(self, who: str, job: int, choice: str, code: str, retryable: bool, pick: int) -> None:
+    def admin_cancel(self, job: int, leased: bool, reason: str, pick: int) -> None:
+        """The admin cancels a job. With ``leased`` it picks a LEASED or RUNNING job (row 9, then the
+        no-op repeat and row 12) and, when there is none, only reads a status; otherwise it cancels
+        the given job (row 8 when QUEUED)."""
+        held = [m.idx for m in self.model.jobs if m.state in LEASED]
+        if leased and not held:
+            self.status("admin", job)
+            return
         self._count_step()
-        lease = self._lease(who, job, choice)
-        error = {"code": code, "message": "m", "retryable": retryable}
-        self._exec(Req("fail", who, job, self._key(pick), self._binding(who, job), lease=lease, payload=error))
+        if leased:
+            job = held[job % len(held)]
+        binding = self._binding("admin", job)
+        self._exec(Req("cancel_admin", "admin", job, self._key(pick), binding, payload=reason))
 
-    @rule(who=workers, job=job_indexes, choice=lease_choices, reason=reasons, pick=key_picks)
-    def holder_cancel(self, who: str, job: int, choice: str, reason: str, pick: int) -> None:
+    @rule(job=job_indexes, who=workers, kind=st.sampled_from(MISUSES), name=st.sampled_from(FIELDS))
+    def misuse(self, job: int, who: str, kind: str, name: str) -> None:
+        """An admin claiming or a worker asking for an admin cancel (403 role_forbidden), or a claim or
+        heartbeat with one binding field changed (403 for tenant and principal, else 409
+        binding_mismatch); nothing changes and no key is stored."""
         self._count_step()
-        lease = self._lease(who, job, choice)
-        binding = self._binding(who, job)
-        self._exec(Req("cancel_holder", who, job, self._key(pick), binding, lease=lease, payload=reason))
-
-    @rule(job=job_indexes, reason=reasons, pick=key_picks)
-    def admin_cancel(self, job: int, reason: str, pick: int) -> None:
-        self._count_step()
-        self._exec(Req("cancel_admin", "admin", job, self._key(pick), self._binding("admin", job), payload=reason))
-
-    @rule(who=workers, job=job_indexes, admin_claims=st.booleans())
-    def wrong_role(self, who: str, job: int, admin_claims: bool) -> None:
-        """An admin claiming, or a worker asking for an admin cancel: 403 role_forbidden, no change."""
-        self._count_step()
-        if admin_claims:
-            req = Req("claim", "admin", job, self._fresh_key(), self._binding("admin", job), instance="adm-1")
-        else:
-            req = Req("cancel_admin", who, job, self._fresh_key(), self._binding(who, job), payload="r1")
-        self._exec(req)
-
-    @rule(who=workers, job=job_indexes, name=st.sampled_from(FIELDS), claim=st.booleans())
-    def wrong_binding(self, who: str, job: int, name: str, claim: bool) -> None:
-        """One changed binding field: 403 (tenant, principal) or 409 binding_mismatch, no change."""
-        self._count_step()
+        key = self._fresh_key()
+        if kind == "admin_claims":
+            self._exec(Req("claim", "admin", job, key, self._binding("admin", job), instance="adm-1"))
+            return
+        if kind == "worker_admin_cancels":
+            self._exec(Req("cancel_admin", who, job, key, self._binding(who, job), payload="r1"))
+            return
         fields = self._binding(who, job).as_dict()
         if name == "job":
             fields["job"] = self.model.jobs[(job + 1) % len(self.model.jobs)].id
         else:
             fields[name] = fields[name] + "x"
         binding = Binding(**fields)
-        if claim:
-            req = Req("claim", who, job, self._fresh_key(), binding, instance=INSTANCES[who])
+        if kind == "bad_binding_claim":
+            self._exec(Req("claim", who, job, key, binding, instance=INSTANCES[who]))
         else:
-            lease = self._lease(who, job, "own")
-            req = Req("heartbeat", who, job, self._fresh_key(), binding, lease=lease)
-        self._exec(req)
+            self._exec(Req("heartbeat", who, job, key, binding, lease=self._lease(who, job, "own")))
 
     # ---- idempotency rules -------------------------------------------------------------------
+
+    def _recent(self, i: int) -> Req:
+        """One of the last few issued requests (their keys are the likeliest to be stored)."""
+        return self.issued[-1 - i % min(len(self.issued), 8)]
 
     @precondition(lambda self: bool(self.issued))
     @rule(i=st.integers(0, 10**6))
     def replay_same(self, i: int) -> None:
         """Same key, same body: the stored bytes with replayed=True (if the key was stored)."""
         self._count_step()
-        self._exec(self.issued[i % len(self.issued)])
+        self._exec(self._recent(i))
 
     @precondition(lambda self: bool(self.issued))
     @rule(i=st.integers(0, 10**6))
     def replay_different(self, i: int) -> None:
         """Same key, another body: 422 idempotency_key_reused (if the key was stored)."""
         self._count_step()
-        req = self.issued[i % len(self.issued)]
+        req = self._recent(i)
         if req.op == "claim":
             req = replace(req, instance=(req.instance or "") + "-x")
-        elif req.op in ("start",):
+        elif req.op == "start":
             assert req.lease is not None
             req = replace(req, lease=(req.lease[0], req.lease[1] + 1))
         elif req.op == "heartbeat":
@@ -729,13 +808,25 @@ class LifecycleMachine(RuleBasedStateMachine):
             req = replace(req, payload=req.payload + "-other")
         self._exec(req)
 
-    @precondition(lambda self: any(r.op in FINISH_KIND for r in self.issued))
-    @rule(i=st.integers(0, 10**6))
-    def terminal_replay_new_key(self, i: int) -> None:
-        """A complete, fail or holder cancel re-sent under a NEW key (lifecycle.md 6.6 terminal replay)."""
+    @precondition(lambda self: bool(self.finishes))
+    @rule(i=st.integers(0, 10**6), same=st.sampled_from([True, True, True, False]))
+    def terminal_replay_new_key(self, i: int, same: bool) -> None:
+        """A complete, fail or holder cancel that ended a job, re-sent under a NEW key: the stored
+        terminal response (lifecycle.md 6.6); with another result: 409 terminal_conflict."""
         self._count_step()
-        finishes = [r for r in self.issued if r.op in FINISH_KIND]
-        self._exec(replace(finishes[i % len(finishes)], key=self._fresh_key()))
+        req = replace(self.finishes[i % len(self.finishes)], key=self._fresh_key())
+        if not same:
+            req = replace(req, op={"complete": "fail", "fail": "cancel_holder", "cancel_holder": "complete"}[req.op])
+            req = replace(req, payload=self._payload_for(req.op))
+        self._exec(req)
+
+    @staticmethod
+    def _payload_for(op: str) -> Any:
+        if op == "complete":
+            return {"outputs": {}, "artifacts": [], "summary": "s1"}
+        if op == "fail":
+            return {"code": "e1", "message": "m", "retryable": False}
+        return "r1"
 
     # ---- time, reaper, restart ---------------------------------------------------------------
 
@@ -752,9 +843,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.big_jump_done = True
         self.clock.advance(RETENTION_S + 1)
 
-    @rule()
-    def reap(self) -> None:
+    @rule(seconds=st.sampled_from([0, 0, 31]))
+    def reap(self, seconds: int) -> None:
+        """A reaper sweep, sometimes after the clock has passed one TTL (lifecycle.md 5)."""
         self._count_step()
+        self.clock.advance(seconds)
         expected = self.model.sweep(self.clock.now_ms(), "lease_expired_by_reaper")
         assert self.engine.expire_due() == expected
 
@@ -945,9 +1038,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     def _reconciled_iff_terminal(self, m: JobModel, row: dict[str, Any]) -> None:
         task = self.reader_one("SELECT state FROM task WHERE id = ?", m.persisted["task"])
-        dispatch = self.reader_one(
-            "SELECT status, result_digest FROM dispatch WHERE id = ?", m.persisted["dispatch"]
-        )
+        dispatch = self.reader_one("SELECT status, result_digest FROM dispatch WHERE id = ?", m.persisted["dispatch"])
         recon = self.reader_all("SELECT * FROM reconciliation WHERE job_id = ?", m.id)
         result = self.reader_all("SELECT * FROM hermes_result WHERE job_id = ?", m.id)
         reconciled_events = self.reader_one(
@@ -974,9 +1065,45 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert recon == [] and result == [] and reconciled_events == 0
 
 
+# Paths every run must reach, so that the property cannot pass vacuously (each is hit dozens of
+# times in a typical run).
+REQUIRED_OUTCOMES = frozenset(
+    {
+        "claim:ok",
+        "start:ok",
+        "heartbeat:ok",
+        "complete:ok",
+        "cancel_admin:ok",
+        "terminal_replay",
+        "admin_cancel_requested",
+        "admin_cancel_repeated",
+        "expire:lease_expired",
+        "expire:lease_expired_by_reaper",
+        "expire:lease_expired_on_recovery",
+        "expire:lease_expired_exhausted",
+        "expire:lease_expired_cancel_requested",
+    }
+)
+REQUIRED_CODES = frozenset(
+    {
+        "replayed",
+        "idempotency_key_reused",
+        "stale_lease",
+        "lease_mismatch",
+        "lease_expired",
+        "invalid_transition",
+        "already_leased",
+        "terminal_conflict",
+        "binding_mismatch",
+        "role_forbidden",
+    }
+)
+
+
 def test_lifecycle_state_machine_against_reference_model() -> None:
     global STEPS_RUN
     STEPS_RUN = 0
+    OUTCOMES.clear()
     run_state_machine_as_test(
         LifecycleMachine,
         settings=settings(
@@ -987,5 +1114,8 @@ def test_lifecycle_state_machine_against_reference_model() -> None:
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )
+    print(f"scenario 26: {STEPS_RUN} steps; outcomes: {dict(sorted(OUTCOMES.items()))}")
     assert STEPS_RUN >= MIN_TOTAL_STEPS, f"only {STEPS_RUN} steps ran"
-
+    missing = REQUIRED_OUTCOMES - set(OUTCOMES)
+    missing |= REQUIRED_CODES - {name.split(":", 1)[1] for name in OUTCOMES if ":" in name}
+    assert not missing, f"the run never reached {sorted(missing)}"

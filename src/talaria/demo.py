@@ -144,5 +144,6 @@ def run_demo(*, keep_serving: bool = True, port: int = 0) -> int:
     finally:
         if hub.poll() is None:
             hub.send_signal(signal.SIGTERM)
-            code = hub.wait(timeout=30)
-            _step(f"hub stopped (exit {code})")
+        with contextlib.suppress(KeyboardInterrupt):
+            hub.wait(timeout=30)
+        _step(f"hub stopped (exit {hub.returncode})")

@@ -125,6 +125,12 @@ def cmd_db(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_runner(args: argparse.Namespace) -> int:
+    from talaria.runner.main import run_runner
+
+    return run_runner(args.config)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from talaria.demo import run_demo
 
@@ -166,6 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("--yes", action="store_true", help="confirm a destructive downgrade")
     db.set_defaults(func=cmd_db)
 
+    runner = sub.add_parser("runner", help="run an execution node (the runner daemon)")
+    runner.add_argument("--config", type=Path, required=True, help="runner.json (mode 600)")
+    runner.set_defaults(func=cmd_runner)
+
     demo = sub.add_parser("demo", help="run the product end to end on a temporary data directory")
     demo.add_argument("--exit", action="store_true", help="stop the hub when the demo is done")
     demo.add_argument("--port", type=int, default=0, help="hub port (default: any free port)")
@@ -178,7 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "db" and args.action == "downgrade" and (args.set is None or args.to is None):
         parser.error("db downgrade needs --set NAME --to N --yes")
-    configure_logging()
+    if args.command != "runner":  # the runner keeps to its status lines (and stays light)
+        configure_logging()
     try:
         code: int = args.func(args)
     except TalariaError as exc:

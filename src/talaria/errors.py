@@ -14,6 +14,7 @@ Messages never hold secrets, signatures or request bodies.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 STATUS_BY_CODE: Mapping[str, int] = {
@@ -55,10 +56,50 @@ STATUS_BY_CODE: Mapping[str, int] = {
     "login_throttled": 429,
     "internal_error": 500,
     "store_unavailable": 503,
+    # runner registration (runner-protocol.md 2)
+    "invalid_assigned_profiles": 400,
+    "invalid_runner_config": 400,
+    "runner_source_in_use": 409,
+    # runner machine API gate and ops (runner-protocol.md 4-6, 12.5)
+    "invalid_json": 400,
+    "runner_unauthorized": 403,
+    "runner_protocol_mismatch": 409,
+    "runner_instance_changed": 409,
+    "runner_instance_retired": 409,
+    "runner_instance_limit": 409,
+    "runner_epoch_changed": 409,
+    "runner_payload_limit": 413,
+    "runner_grant_expired": 410,
+    "idempotency_conflict": 409,
+    "runner_call_limit": 429,
+    "hub_shutting_down": 503,
+    # outcomes of hub operations that send commands (runner-protocol.md 6.1, 14)
+    "runner_offline": 503,
+    "runner_busy": 429,
+    "runner_command_not_admitted": 403,
+    "runner_command_uncertain": 504,
+    "runner_feature_required": 409,
+    "runner_profile_forbidden": 403,
+    "runner_session_forbidden": 403,
+    "runner_http_forbidden": 403,
+    "runner_artifact_forbidden": 403,
+    "runner_cleanup_forbidden": 403,
+    "runner_session_busy": 409,
+    "runner_target_changed": 409,
+    "team_tools_unavailable": 409,
 }
 
-# binding_mismatch is 403 for tenant/principal differences and 409 otherwise (lifecycle.md 6.3).
-_DUAL_STATUS = {"binding_mismatch"}
+# Runner-reported codes without a status of their own are relayed as 502 (runner-protocol.md 14).
+RELAYED_RUNNER_STATUS = 502
+
+# binding_mismatch is 403 for tenant/principal differences and 409 otherwise (lifecycle.md 6.3);
+# runner_connection_closed is 410 on the event op and 409 for a hub operation whose channel closed.
+_DUAL_STATUS = {"binding_mismatch", "runner_connection_closed"}
+# Codes a runner reports that reach a hub caller as 502 with the code (runner-protocol.md 14).
+RUNNER_RELAYED = frozenset(
+    {"hermes_unavailable", "gateway_rejected", "team_tools_bind_failed", "runner_command_forbidden"}
+)
+_CODE_SYNTAX = re.compile(r"^[a-z0-9_.]{1,64}$")
 
 
 class TalariaError(Exception):
@@ -76,6 +117,8 @@ class TalariaError(Exception):
         if code in _DUAL_STATUS:
             if status is None:
                 raise ValueError(f"{code} needs an explicit status")
+        elif code in RUNNER_RELAYED:
+            status = RELAYED_RUNNER_STATUS if status is None else status
         elif code not in STATUS_BY_CODE:
             raise ValueError(f"unknown error code {code!r}")
         self.code = code
@@ -102,4 +145,16 @@ class SettingsError(Exception):
 
 
 def all_codes() -> frozenset[str]:
-    return frozenset(STATUS_BY_CODE) | _DUAL_STATUS
+    return frozenset(STATUS_BY_CODE) | _DUAL_STATUS | RUNNER_RELAYED
+
+
+def relayed(code: str, message: str) -> TalariaError:
+    """A runner-reported error as a hub caller sees it (runner-protocol.md 14): its own status if the
+    code has one, else 502 with the runner's code (an unparseable code becomes ``runner_error``)."""
+    if code == "runner_connection_closed":
+        return TalariaError(code, message, status=409)
+    if code in STATUS_BY_CODE or code in RUNNER_RELAYED:
+        return TalariaError(code, message)
+    error = TalariaError("gateway_rejected", message)
+    error.code = code if _CODE_SYNTAX.match(code) else "runner_error"
+    return error

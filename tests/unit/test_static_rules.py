@@ -215,12 +215,13 @@ def test_the_import_scan_sees_sqlite3_in_its_adapter() -> None:
 
 
 def test_sqlite3_is_imported_only_by_the_sqlite_store() -> None:
+    """The hub's store adapter, and the runner's own receipts file (runner-protocol.md section 9)."""
     importers = sorted(
         rel(path)
         for path in python_files()
         if any(m == "sqlite3" or m.startswith("sqlite3.") for m in _imported_modules(path))
     )
-    assert importers == ["talaria/store/sqlite.py"]
+    assert importers == ["talaria/runner/receipts.py", "talaria/store/sqlite.py"]
 
 
 # ---------------------------------------------------------------- (d) time comes from the clock

@@ -17,8 +17,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from talaria import __version__
 from talaria.clock import Clock, SystemClock
-from talaria.hub import api_accounts, api_auth, api_jobs, api_tasks, errors, ops
+from talaria.hub import api_accounts, api_auth, api_jobs, api_sources, api_tasks, errors, ops
 from talaria.hub.body_limit import BodyLimit
+from talaria.hub.runners import admin_api as runner_admin
+from talaria.hub.runners import machine_api
 from talaria.hub.runtime import routes as runtime_routes
 from talaria.hub.state import Hub, open_hub
 from talaria.settings import Settings
@@ -70,11 +72,13 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         live = opened if opened is not None else await run_in_threadpool(open_hub, settings, clock)
         app.state.hub = live
+        live.runners.start()
         if run_reaper:
             live.reaper.start()
         try:
             yield
         finally:
+            await live.runners.stop()
             live.reaper.stop()
             live.store.close()
 
@@ -86,7 +90,8 @@ def create_app(
         redoc_url=None,
     )
     errors.install(app)
-    for router in (api_auth.router, api_accounts.router, api_tasks.router, api_jobs.router, ops.router):
+    routers = (api_auth.router, api_accounts.router, api_tasks.router, api_jobs.router, ops.router)
+    for router in (*routers, runner_admin.router, api_sources.router, machine_api.router):
         app.include_router(router)
     if settings.runtime_api_enabled:
         app.include_router(runtime_routes.router)

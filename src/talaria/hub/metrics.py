@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+if TYPE_CHECKING:
+    from talaria.hub.runners.hub import RunnerHub
 
 
 class HubMetrics:
@@ -20,6 +25,27 @@ class HubMetrics:
         self.security_events = Counter(
             "talaria_runtime_rejections", "Runtime API rejections", ["code"], registry=self.registry
         )
+
+        self.runner_commands = Counter(
+            "talaria_runner_commands", "Runner commands by outcome", ["outcome"], registry=self.registry
+        )
+        self.runner_roundtrip = Histogram(
+            "talaria_runner_command_seconds",
+            "Round trip of a runner command, enqueue to result",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=self.registry,
+        )
+        self.runners_online = Gauge("talaria_runners_online", "Runners with a connection state", registry=self.registry)
+        self.commands_pending = Gauge("talaria_runner_commands_pending", "Commands queued", registry=self.registry)
+
+    def watch_runners(self, runners: RunnerHub) -> None:
+        self.runners_online.set_function(lambda: len(runners.states))
+        self.commands_pending.set_function(runners.pending_count)
+
+    def observe_command(self, outcome: str, seconds: float | None) -> None:
+        self.runner_commands.labels(outcome).inc()
+        if seconds is not None:
+            self.runner_roundtrip.observe(seconds)
 
     def on_signal(self, signal: str, job_id: str) -> None:
         self.job_signals.labels(signal).inc()

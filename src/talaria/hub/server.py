@@ -19,6 +19,17 @@ from talaria.lifecycle.recovery import RecoveryError
 from talaria.settings import Settings
 
 
+class HubUvicorn(uvicorn.Server):
+    """uvicorn waits for open requests before the lifespan ends; held runner polls must first be told
+    ``hub_shutting_down`` (runner-protocol.md 6.2), or shutdown would wait out their 15 s holds."""
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        hub = getattr(getattr(self.config.app, "state", None), "hub", None)
+        if hub is not None:
+            hub.runners.begin_shutdown()
+        await super().shutdown(sockets)
+
+
 def bind(host: str, port: int) -> socket.socket:
     """Bind (not yet listen) so that ``--port 0`` learns its port before the ready line."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -75,7 +86,7 @@ def run_hub(settings: Settings, *, clock: Clock | None = None, out: TextIO = sys
         return 1
     app = create_app(settings, clock=hub.clock, hub=hub)
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=10)
-    server = uvicorn.Server(config)
+    server = HubUvicorn(config)
     # uvicorn re-raises the signal it caught once it has stopped; a no-op handler makes that a clean exit.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: None)

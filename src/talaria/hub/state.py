@@ -11,6 +11,10 @@ from talaria.accounts.throttle import LoginThrottle
 from talaria.clock import Clock
 from talaria.hub.metrics import HubMetrics
 from talaria.hub.reaper import Reaper
+from talaria.hub.runners.channels import Channels
+from talaria.hub.runners.hub import RunnerHub
+from talaria.hub.runners.registry import RunnerRegistry
+from talaria.hub.runners.validity import Validity
 from talaria.hub.runtime.security_events import SecurityEvents
 from talaria.hub.websession import WebSessions, load_secret_key
 from talaria.lifecycle.engine import Engine
@@ -36,6 +40,10 @@ class Hub:
     metrics: HubMetrics
     reaper: Reaper
     recovery: RecoveryReport
+    registry: RunnerRegistry
+    validity: Validity
+    runners: RunnerHub
+    channels: Channels
 
     def tick(self) -> None:
         """One reaper sweep."""
@@ -60,6 +68,8 @@ def open_hub(settings: Settings, clock: Clock) -> Hub:
     except BaseException:
         store.close()
         raise
+    runners = RunnerHub(clock, Validity(store), observe=metrics.observe_command)
+    metrics.watch_runners(runners)
     hub = Hub(
         settings=settings,
         clock=clock,
@@ -72,6 +82,10 @@ def open_hub(settings: Settings, clock: Clock) -> Hub:
         metrics=metrics,
         reaper=Reaper(lambda: None, settings.lifecycle_reaper_interval_s),
         recovery=report,
+        registry=RunnerRegistry(store, clock),
+        validity=runners.validity,
+        runners=runners,
+        channels=Channels(runners),
     )
     hub.reaper = Reaper(hub.tick, settings.lifecycle_reaper_interval_s)
     return hub

@@ -16,7 +16,7 @@ import uvicorn
 
 from talaria.clock import Clock
 from talaria.hub.app import create_app
-from talaria.hub.server import bind
+from talaria.hub.server import HubUvicorn, bind
 from talaria.hub.state import Hub
 from talaria.settings import Settings, validate
 
@@ -40,7 +40,7 @@ class HubServer:
         settings = dataclasses.replace(self.settings, hub_port=port, hub_public_url=self.url)
         self._app = create_app(settings, clock=self.clock, run_reaper=False)
         config = uvicorn.Config(self._app, log_config=None, access_log=False, lifespan="on")
-        server = uvicorn.Server(config)
+        server = HubUvicorn(config)
         self._server = server
 
         def run() -> None:

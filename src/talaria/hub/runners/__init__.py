@@ -1,0 +1,1 @@
+"""Execution nodes on the hub: registration, connection states and the command queue, the machine API."""

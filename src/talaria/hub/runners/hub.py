@@ -1,0 +1,286 @@
+"""The in-process runner hub: connection states, the command queue and the long poll (runner-protocol.md
+5.1, 6). Everything runs on the hub's event loop; nothing here blocks on the network.
+
+One implementation of the ``RunnerTransport`` seam: a PostgreSQL-backed one for several hub replicas can
+replace it without touching the machine API routes or the hub operations built on it (``channels.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from talaria.canonical import canonical_json
+from talaria.clock import Clock
+from talaria.errors import TalariaError, relayed
+from talaria.hub.runners import limits
+from talaria.hub.runners.state import AccountRef, Command, ConnState
+from talaria.hub.runners.validity import Validity
+
+log = structlog.get_logger("talaria.runners")
+Observer = Callable[[str, float | None], None]  # (outcome, round-trip seconds or None)
+
+
+class RunnerHub:
+    def __init__(self, clock: Clock, validity: Validity, *, observe: Observer | None = None) -> None:
+        self.clock = clock
+        self.validity = validity
+        self.hub_epoch = uuid.uuid4().hex
+        self.states: dict[str, ConnState] = {}
+        self.retired: dict[str, set[str]] = {}
+        self.last_seen: dict[str, int] = {}
+        self.shutting_down = False
+        self._observe = observe or (lambda outcome, seconds: None)
+        self._watchdog: asyncio.Task[None] | None = None
+
+    # --- gate 3-8 (runner-protocol.md 4) -------------------------------------------------------------------
+
+    def enter(
+        self, runner_id: str, instance: str, *, poll: bool, reset: bool, epoch: str | None, features: str | None
+    ) -> tuple[ConnState, bool]:
+        """Apply gates 3-8 for one request; returns the state and whether this request created it."""
+        state = self.states.get(runner_id)
+        if poll and reset and state is not None and state.instance == instance:
+            self.disconnect(runner_id, "reset")
+            state = None
+        if not poll and (state is None or state.instance != instance):
+            raise TalariaError("runner_instance_changed", "this runner instance has no current connection state")
+        retired = self.retired.setdefault(runner_id, set())
+        if instance in retired:
+            raise TalariaError("runner_instance_retired", "this runner instance was replaced; it stops for good")
+        if poll and state is not None and state.instance != instance:
+            if len(retired) >= limits.MAX_RETIRED_INSTANCES:
+                raise TalariaError("runner_instance_limit", "too many replaced instances; register the runner again")
+            retired.add(state.instance)
+            self.disconnect(runner_id, "replaced")
+            state = None
+        if not poll and state is not None and epoch != state.epoch:
+            raise TalariaError("runner_epoch_changed", "the connection state changed; poll again")
+        now = self.clock.now_ms()
+        created = state is None
+        if state is None:
+            state = ConnState(runner_id, instance, f"{self.hub_epoch}:{uuid.uuid4()}", created=now, seen=now)
+            self.states[runner_id] = state
+            log.info("runner_connected", runner=runner_id)
+        state.seen = now
+        self.last_seen[runner_id] = now
+        if features is not None:
+            names = {name.strip() for name in features.split(",")}
+            state.features = frozenset(names & limits.FEATURES)
+        return state, created
+
+    # --- poll (6.2) ------------------------------------------------------------------------------------------
+
+    async def poll(self, state: ConnState, created: bool) -> dict[str, Any]:
+        if created:
+            return {"epoch": state.epoch, "commands": []}
+        if state.waiter is not None and not state.waiter.done():
+            state.waiter.set_result("superseded")
+        batch = self._take_batch(state)
+        if batch:
+            return {"epoch": state.epoch, "commands": batch}
+        waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        state.waiter = waiter
+        try:
+            reason = await asyncio.wait_for(asyncio.shield(waiter), self._hold_seconds(state))
+        except TimeoutError:
+            reason = "timeout"
+        finally:
+            if state.waiter is waiter:
+                state.waiter = None
+        if reason == "disabled":
+            raise TalariaError("runner_unauthorized", "the runner was disabled; register it again")
+        if reason == "shutdown":
+            raise TalariaError("hub_shutting_down", "the hub is shutting down; retry")
+        if self.states.get(state.runner_id) is not state:
+            raise TalariaError("runner_instance_changed", "the connection state changed while the poll waited")
+        if reason == "superseded":
+            return {"epoch": state.epoch, "commands": []}
+        state.seen = self.clock.now_ms()
+        return {"epoch": state.epoch, "commands": self._take_batch(state)}
+
+    def _hold_seconds(self, state: ConnState) -> float:
+        now = self.clock.now_ms()
+        hold = float(limits.POLL_HOLD_S)
+        for command in state.queue.values():
+            hold = min(hold, max(0.0, (command.next_delivery - now) / 1000))
+        return hold
+
+    def _take_batch(self, state: ConnState) -> list[dict[str, Any]]:
+        now = self.clock.now_ms()
+        batch: list[dict[str, Any]] = []
+        size = 0
+        for command in state.queue.values():
+            if command.next_delivery > now:
+                continue
+            if batch and size + command.size > limits.MAX_BATCH_BYTES:
+                break
+            size += command.size
+            command.delivered += 1
+            command.next_delivery = now + limits.REDELIVERY_S * 1000
+            batch.append(command.wire())
+        return batch
+
+    # --- commands (6.1, 6.3) ---------------------------------------------------------------------------------
+
+    async def send(
+        self,
+        runner_id: str,
+        kind: str,
+        payload: dict[str, Any],
+        *,
+        account: AccountRef | None,
+        profile: str | None,
+        connection_id: str | None = None,
+        grant_id: str | None = None,
+        valid: bool | None = None,
+    ) -> Any:
+        """Queue one command and wait for its one outcome: the reply, or a TalariaError (6.1)."""
+        if not (self.validity.check(account, runner_id, profile) if valid is None else valid):
+            raise TalariaError("runner_command_not_admitted", "the account may not do this through this runner")
+        state = self.states.get(runner_id)
+        if state is None:
+            raise TalariaError("runner_offline", "the execution node is not connected")
+        if len(state.queue) >= limits.MAX_PENDING_COMMANDS:
+            raise TalariaError("runner_busy", "the execution node has 64 commands pending")
+        now = self.clock.now_ms()
+        deadline = limits.GRANT_BIND_DEADLINE_S if kind == "grant.bind" else limits.COMMAND_DEADLINE_S
+        loop = asyncio.get_running_loop()
+        command = Command(
+            id=str(uuid.uuid4()),
+            kind=kind,
+            payload=payload,
+            expires_at=now + deadline * 1000,
+            runner_id=runner_id,
+            account=account,
+            profile=profile,
+            size=0,
+            enqueued_at=now,
+            future=loop.create_future(),
+            connection_id=connection_id,
+            grant_id=grant_id,
+        )
+        command.size = len(canonical_json(command.wire()))
+        if command.size > limits.MAX_COMMAND_BYTES:
+            raise TalariaError("runner_payload_limit", "the command is larger than 36 MiB")
+        if state.pending_bytes + command.size > limits.MAX_PENDING_BYTES:
+            raise TalariaError("runner_busy", "the execution node has 64 MiB of commands pending")
+        state.queue[command.id] = command
+        state.pending_bytes += command.size
+        command.timer = loop.call_later(deadline, self._expire, state, command)
+        started = time.perf_counter()
+        if state.waiter is not None and not state.waiter.done():
+            state.waiter.set_result("wake")
+        try:
+            result = await asyncio.shield(command.future)
+        except TalariaError as exc:
+            self._observe(exc.code, None)
+            raise
+        self._observe("ok", time.perf_counter() - started)
+        return result
+
+    def _settle(
+        self, state: ConnState, command: Command, *, result: Any = None, error: TalariaError | None = None
+    ) -> None:
+        if state.queue.pop(command.id, None) is None:
+            return
+        state.pending_bytes -= command.size
+        if command.timer is not None:
+            command.timer.cancel()
+        if command.future.done():
+            return
+        if error is not None:
+            command.future.set_exception(error)
+        else:
+            command.future.set_result(result)
+
+    def _lost(self, command: Command) -> TalariaError:
+        if command.delivered == 0:
+            return TalariaError("runner_offline", "the execution node did not take the command; it did not run")
+        return TalariaError("runner_command_uncertain", "the command was delivered but no result came; it may have run")
+
+    def _expire(self, state: ConnState, command: Command) -> None:
+        self._settle(state, command, error=self._lost(command))
+
+    def complete(self, state: ConnState, command_id: str, body: dict[str, Any]) -> None:
+        """A ``result`` post: the command's one outcome; unknown or settled ids change nothing."""
+        command = state.queue.get(command_id)
+        if command is None:
+            return
+        if "error" in body:
+            error = body["error"]
+            self._settle(
+                state, command, error=relayed(error["code"], error["message"][: limits.MAX_ERROR_MESSAGE_CHARS])
+            )
+        else:
+            self._settle(state, command, result=body["result"])
+
+    def fail_where(self, state: ConnState, match: Callable[[Command], bool], error: TalariaError) -> None:
+        for command in [c for c in state.queue.values() if match(c)]:
+            self._settle(state, command, error=error)
+
+    # --- disconnect and liveness (6.3) -----------------------------------------------------------------------
+
+    def disconnect(self, runner_id: str, reason: str) -> None:
+        """Full disconnect: end the waiting poll, forget the state, close its channels, fail its commands."""
+        state = self.states.pop(runner_id, None)
+        if state is None:
+            return
+        log.info("runner_disconnected", runner=runner_id, reason=reason)
+        if state.waiter is not None and not state.waiter.done():
+            state.waiter.set_result(reason)
+        for command in list(state.queue.values()):
+            self._settle(state, command, error=self._lost(command))
+        for gateway in state.gateways.values():
+            gateway.open = False
+            gateway.events.put_nowait(None)
+        for grant in state.grants.values():
+            grant.open = False
+
+    def tick(self) -> None:
+        """One watchdog pass: disconnect every state not seen for more than 35 s."""
+        now = self.clock.now_ms()
+        for runner_id, state in list(self.states.items()):
+            if now - state.seen > limits.OFFLINE_AFTER_S * 1000:
+                self.disconnect(runner_id, "watchdog")
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(limits.WATCHDOG_PERIOD_S)
+            self.tick()
+
+    def start(self) -> None:
+        if self._watchdog is None:
+            self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+
+    def begin_shutdown(self) -> None:
+        """Held polls answer ``hub_shutting_down`` at once; states are disconnected."""
+        self.shutting_down = True
+        for runner_id in list(self.states):
+            self.disconnect(runner_id, "shutdown")
+
+    async def stop(self) -> None:
+        self.begin_shutdown()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+
+    # --- views ----------------------------------------------------------------------------------------------
+
+    def summary(self, runner_id: str) -> dict[str, Any]:
+        state = self.states.get(runner_id)
+        now = self.clock.now_ms()
+        return {
+            "online": state is not None and now - state.seen <= limits.ONLINE_WITHIN_S * 1000,
+            "lastSeenAt": self.last_seen.get(runner_id),
+            "connectedAt": state.created if state else None,
+            "features": sorted(state.features) if state else [],
+        }
+
+    def pending_count(self) -> int:
+        return sum(len(state.queue) for state in self.states.values())

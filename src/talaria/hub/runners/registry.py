@@ -1,0 +1,206 @@
+"""Runner registration (runner-protocol.md 2): records, one-time tokens, the runner.json offered once.
+
+The token is 32 random bytes, base64url without padding; only its SHA-256 is stored and compared in
+constant time. It appears in exactly one answer: the registration's.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+import secrets
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from talaria.canonical import sha256_hex
+from talaria.clock import Clock
+from talaria.errors import TalariaError
+from talaria.runner.config import (
+    ConfigError,
+    check_allowed_profiles,
+    check_artifact_roots,
+    check_hermes_url,
+    check_server_url,
+)
+from talaria.store.interface import Row, Store
+
+SOURCE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+DEFAULT_HERMES_URL = "http://127.0.0.1:9119"
+_FIELDS = ("name", "source", "allowedProfiles", "serverURL", "hermesURL", "artifactRoots", "allowInsecureLan")
+
+
+@dataclass(frozen=True)
+class RunnerRecord:
+    id: str
+    tenant: str
+    name: str
+    source: str
+    allowed_profiles: tuple[str, ...]
+    token_hash: str
+    enabled: bool
+    created_at: int
+    server_url: str
+    hermes_url: str
+    artifact_roots: tuple[str, ...]
+    allow_insecure_lan: bool
+
+    @classmethod
+    def from_row(cls, row: Row) -> RunnerRecord:
+        return cls(
+            id=row["id"],
+            tenant=row["tenant"],
+            name=row["name"],
+            source=row["source"],
+            allowed_profiles=tuple(json.loads(row["allowed_profiles"])),
+            token_hash=row["token_hash"],
+            enabled=bool(row["enabled"]),
+            created_at=int(row["created_at"]),
+            server_url=row["server_url"],
+            hermes_url=row["hermes_url"],
+            artifact_roots=tuple(json.loads(row["artifact_roots"])),
+            allow_insecure_lan=bool(row["allow_insecure_lan"]),
+        )
+
+    def token_matches(self, token: str) -> bool:
+        return hmac.compare_digest(sha256_hex(token), self.token_hash)
+
+    def record_json(self) -> dict[str, Any]:
+        """The stored record without ``tokenHash``."""
+        return {
+            "id": self.id,
+            "tenant": self.tenant,
+            "name": self.name,
+            "source": self.source,
+            "allowedProfiles": list(self.allowed_profiles),
+            "enabled": self.enabled,
+            "createdAt": self.created_at,
+        }
+
+
+@dataclass(frozen=True)
+class Registration:
+    runner: RunnerRecord
+    token: str
+    config: dict[str, Any]
+
+
+def _bad(field: str, message: str) -> TalariaError:
+    code = "invalid_assigned_profiles" if field == "allowedProfiles" else "invalid_runner_config"
+    return TalariaError(code, f"{field}: {message}")
+
+
+def parse_registration(body: Any, *, default_server_url: str) -> dict[str, Any]:
+    """Strict registration body; the first failing field is named (section 3's order after name, source)."""
+    if not isinstance(body, dict):
+        raise TalariaError("invalid_request", "the body must be a JSON object")
+    unknown = [key for key in body if key not in _FIELDS]
+    if unknown:
+        raise TalariaError("invalid_runner_config", f"{unknown[0]}: not an accepted field")
+    name = body.get("name")
+    if not isinstance(name, str) or not 1 <= len(name.strip()) <= 100:
+        raise _bad("name", "must be 1-100 characters")
+    source = body.get("source", "local")
+    if not isinstance(source, str) or not SOURCE.match(source):
+        raise _bad("source", "must match ^[a-z0-9][a-z0-9._-]{0,63}$")
+    insecure = body.get("allowInsecureLan", False)
+    if not isinstance(insecure, bool):
+        raise _bad("allowInsecureLan", "must be a boolean")
+    try:
+        server_url = check_server_url(body.get("serverURL", default_server_url), insecure)
+        hermes_url = check_hermes_url(body.get("hermesURL", DEFAULT_HERMES_URL))
+    except ConfigError as exc:
+        raise _bad(exc.field, exc.message) from exc
+    profiles = body.get("allowedProfiles")
+    if isinstance(profiles, list):
+        profiles = list(dict.fromkeys(profiles)) if all(isinstance(p, str) for p in profiles) else profiles
+    try:
+        allowed = check_allowed_profiles(profiles)
+    except ConfigError as exc:
+        raise _bad("allowedProfiles", exc.message) from exc
+    try:
+        roots = check_artifact_roots(body.get("artifactRoots", []))
+    except ConfigError as exc:
+        raise _bad("artifactRoots", exc.message) from exc
+    return {
+        "name": name.strip(),
+        "source": source,
+        "allowed_profiles": allowed,
+        "server_url": server_url,
+        "hermes_url": hermes_url,
+        "artifact_roots": roots,
+        "allow_insecure_lan": insecure,
+    }
+
+
+class RunnerRegistry:
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+
+    def register(self, tenant: str, fields: dict[str, Any]) -> Registration:
+        """Create a runner; 409 ``runner_source_in_use`` when the source has an enabled runner."""
+        runner_id = str(uuid.uuid4())
+        token = secrets.token_urlsafe(32)
+        with self.store.write() as tx:
+            now = self.clock.now_ms()
+            if tx.one("runner_enabled_for_source", tenant=tenant, source=fields["source"]) is not None:
+                raise TalariaError("runner_source_in_use", f"source {fields['source']} already has an enabled runner")
+            tx.run("source_ensure", tenant=tenant, name=fields["source"], now=now)
+            tx.run(
+                "runner_insert",
+                id=runner_id,
+                tenant=tenant,
+                name=fields["name"],
+                source=fields["source"],
+                allowed_profiles=json.dumps(list(fields["allowed_profiles"])),
+                token_hash=sha256_hex(token),
+                server_url=fields["server_url"],
+                hermes_url=fields["hermes_url"],
+                artifact_roots=json.dumps(list(fields["artifact_roots"])),
+                allow_insecure_lan=int(fields["allow_insecure_lan"]),
+                now=now,
+            )
+            row = tx.one("runner_get", id=runner_id)
+        assert row is not None
+        record = RunnerRecord.from_row(row)
+        config: dict[str, Any] = {
+            "protocol": 1,
+            "serverURL": record.server_url,
+            "runnerId": record.id,
+            "token": token,
+            "hermesURL": record.hermes_url,
+            "allowedProfiles": list(record.allowed_profiles),
+            "artifactRoots": list(record.artifact_roots),
+        }
+        if record.allow_insecure_lan:
+            config["allowInsecureLan"] = True
+        return Registration(record, token, config)
+
+    def get(self, runner_id: str) -> RunnerRecord | None:
+        with self.store.read() as tx:
+            row = tx.one("runner_get", id=runner_id)
+        return RunnerRecord.from_row(row) if row else None
+
+    def all(self, tenant: str) -> list[RunnerRecord]:
+        with self.store.read() as tx:
+            return [RunnerRecord.from_row(r) for r in tx.all("runner_list", tenant=tenant)]
+
+    def for_source(self, tenant: str, source: str) -> RunnerRecord | None:
+        with self.store.read() as tx:
+            row = tx.one("runner_enabled_for_source", tenant=tenant, source=source)
+        return RunnerRecord.from_row(row) if row else None
+
+    def sources(self, tenant: str) -> list[str]:
+        with self.store.read() as tx:
+            return [row["name"] for row in tx.all("source_list", tenant=tenant)]
+
+    def disable(self, runner_id: str, tenant: str | None = None) -> bool:
+        """Disable for good; False when no such runner (of this tenant). Idempotent."""
+        with self.store.write() as tx:
+            row = tx.one("runner_get", id=runner_id)
+            if row is None or (tenant is not None and row["tenant"] != tenant):
+                return False
+            tx.run("runner_disable", id=runner_id, now=self.clock.now_ms())
+        return True

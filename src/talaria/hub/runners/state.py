@@ -1,0 +1,85 @@
+"""In-memory state of runner connections on one hub process (runner-protocol.md 5.1, 6)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class AccountRef:
+    """The account that caused a command, with the ``auth_version`` captured when it was created."""
+
+    username: str
+    tenant: str
+    auth_version: int
+
+
+@dataclass
+class Command:
+    id: str
+    kind: str
+    payload: dict[str, Any]
+    expires_at: int
+    runner_id: str
+    account: AccountRef | None
+    profile: str | None
+    size: int
+    enqueued_at: int
+    future: asyncio.Future[Any]
+    connection_id: str | None = None
+    grant_id: str | None = None
+    delivered: int = 0
+    next_delivery: int = 0
+    timer: asyncio.TimerHandle | None = None
+
+    def wire(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "payload": self.payload, "expiresAt": self.expires_at}
+
+
+@dataclass
+class Gateway:
+    """A hub-side gateway connection: owned by one purpose, fed by the runner's ``event`` posts."""
+
+    id: str
+    runner_id: str
+    account: AccountRef
+    cleanup_only: bool
+    bound_stored_id: str | None = None
+    profiles: dict[str, str] = field(default_factory=dict)  # runtime session id -> profile
+    events: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
+    open: bool = True
+    revoked: bool = False
+
+
+ToolExecutor = Callable[[str, dict[str, Any]], Awaitable[Any]]
+
+
+@dataclass
+class Grant:
+    id: str
+    runner_id: str
+    account: AccountRef
+    profile: str
+    work_id: str
+    executor: ToolExecutor
+    turn_active: Callable[[], bool]
+    open: bool = True
+    calls: dict[str, tuple[str, asyncio.Future[Any]]] = field(default_factory=dict)
+
+
+@dataclass
+class ConnState:
+    runner_id: str
+    instance: str
+    epoch: str
+    created: int
+    seen: int
+    features: frozenset[str] = frozenset()
+    queue: dict[str, Command] = field(default_factory=dict)
+    pending_bytes: int = 0
+    waiter: asyncio.Future[str] | None = None
+    gateways: dict[str, Gateway] = field(default_factory=dict)
+    grants: dict[str, Grant] = field(default_factory=dict)

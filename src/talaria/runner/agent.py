@@ -1,0 +1,179 @@
+"""The runner's connection loop (runner-protocol.md 3, 5.2, 6.2): poll, adopt epochs, run commands.
+
+Status lines on stderr: ``runner connected`` when a new epoch is adopted, ``runner disconnected:
+<reason>`` on a local disconnect caused by an error. Never the token or a Hermes credential.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import sys
+import uuid
+from typing import Any, TextIO
+
+from talaria.clock import Clock
+from talaria.hermes.rest import HermesRest
+from talaria.runner.config import RunnerConfig
+from talaria.runner.errors import CommandError
+from talaria.runner.executor import Executor
+from talaria.runner.http_kind import run_http
+from talaria.runner.hub_client import HubClient, HubError, Identity
+from talaria.runner.receipts import Receipts
+
+GRACE_S = 10.0
+GOODBYE_S = 2.0
+MAX_BACKOFF_S = 30.0
+TERMINAL_ADVICE = {
+    "runner_unauthorized": "the runner was disabled or its token is invalid; register it again on the hub",
+    "runner_protocol_mismatch": "the hub speaks another runner protocol version; upgrade Talaria on this node",
+    "runner_instance_retired": "another runner process replaced this one; stop the duplicate",
+    "runner_instance_limit": "too many replaced runner processes; register the runner again",
+}
+
+
+class Agent:
+    def __init__(
+        self,
+        config: RunnerConfig,
+        receipts: Receipts,
+        clock: Clock,
+        *,
+        out: TextIO = sys.stderr,
+        hub_transport: Any = None,
+        hermes_transport: Any = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.out = out
+        self.instance = str(uuid.uuid4())
+        self.hub = HubClient(
+            config.server_url, Identity(config.runner_id, config.token, self.instance), transport=hub_transport
+        )
+        self.receipts = receipts
+        self._hermes_transport = hermes_transport
+        self._rest: HermesRest | None = None  # made on first use: no Hermes request before the first poll
+        self.server_epoch: str | None = None
+        self.connected = False
+        self.disconnects = 0
+        self.features = ["team-tools-v1"] + (["export-v1"] if config.artifact_roots else [])
+        self.executor = Executor(
+            self.hub,
+            receipts,
+            clock,
+            handlers={"http": self._http},
+            epoch_is_current=lambda epoch: self.connected and epoch == self.server_epoch,
+            on_hub_error=self._hub_error,
+        )
+        self.connected_event = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._stop_now = False
+        self._poll: asyncio.Task[dict[str, Any]] | None = None
+        self.exit_code = 0
+
+    def say(self, line: str) -> None:
+        print(line, file=self.out, flush=True)
+
+    # --- the loop --------------------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        backoff = 0.0
+        try:
+            while not self._stop.is_set():
+                counter = self.disconnects
+                self._poll = asyncio.get_running_loop().create_task(
+                    self.hub.poll(reset=not self.connected, features=self.features)
+                )
+                try:
+                    answer = await self._poll
+                except asyncio.CancelledError:
+                    if self._stop.is_set():
+                        break
+                    raise
+                except HubError as exc:
+                    if exc.terminal:
+                        self.say(f"runner: {exc.code}: {TERMINAL_ADVICE[exc.code]}")
+                        self.exit_code = 1
+                        break
+                    self.say(f"runner disconnected: {exc.code}")
+                    await self.local_disconnect()
+                    backoff = 1.0 if backoff == 0 else min(MAX_BACKOFF_S, backoff * 2)
+                    await self._pause(random.uniform(0, backoff))  # noqa: S311 - jitter, not a secret
+                    continue
+                backoff = 0.0
+                if self.disconnects != counter:
+                    continue  # a local disconnect overtook this poll: discard it entirely
+                if answer["epoch"] != self.server_epoch:
+                    await self.local_disconnect()
+                    self.server_epoch, self.connected = answer["epoch"], True
+                    self.connected_event.set()
+                    self.say("runner connected")
+                for command in answer["commands"]:
+                    self.executor.submit(command, answer["epoch"])
+        finally:
+            await self._shutdown()
+        return self.exit_code
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
+
+    def request_stop(self) -> None:
+        """First call: graceful stop. A second call during the grace period: stop at once."""
+        if self._stop.is_set():
+            self._stop_now = True
+            self.executor.cancel_all()
+            return
+        self._stop.set()
+        if self._poll is not None:
+            self._poll.cancel()
+
+    async def _shutdown(self) -> None:
+        if not self._stop_now:
+            await self.executor.drain(GRACE_S)
+        if self.connected and self.server_epoch is not None and self.exit_code == 0:
+            with contextlib.suppress(HubError, TimeoutError):  # best effort
+                await asyncio.wait_for(self.hub.post("goodbye", self.server_epoch, {}), GOODBYE_S)
+        self.executor.cancel_all()
+        await self.local_disconnect()
+        await self.hub.close()
+        if self._rest is not None:
+            await self._rest.close()
+
+    async def local_disconnect(self) -> None:
+        """Section 5.2: bump the counter, drop ``connected``; channels and grants close (with them)."""
+        self.disconnects += 1
+        self.connected = False
+        self.connected_event.clear()
+
+    async def _hub_error(self, exc: HubError) -> None:
+        if self.connected:
+            self.say(f"runner disconnected: {exc.code}")
+            await self.local_disconnect()
+
+    # --- command kinds ---------------------------------------------------------------------------------------
+
+    def rest(self) -> HermesRest:
+        if self._rest is None:
+            self._rest = HermesRest(
+                self.config.hermes_url,
+                token_file=self.config.hermes_token_file,
+                clock=self.clock,
+                transport=self._hermes_transport,
+            )
+        return self._rest
+
+    async def _http(self, command: dict[str, Any]) -> Any:
+        from talaria.hermes.auth import HermesUnavailable
+
+        try:
+            return await run_http(
+                command["payload"],
+                rest=self.rest(),
+                allowed_profiles=self.config.allowed_profiles,
+                artifact_roots=self.config.artifact_roots,
+                session_profile=self.receipts.session_profile,
+            )
+        except HermesUnavailable as exc:
+            raise CommandError("hermes_unavailable", str(exc)) from exc

@@ -1,0 +1,47 @@
+"""``talaria runner --config PATH`` (runner-protocol.md 3). Exit 0 after a stop, 1 on a terminal
+refusal by the hub, 2 for an invalid configuration or a state directory in use."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+from talaria.clock import SystemClock
+from talaria.runner.agent import Agent
+from talaria.runner.config import ConfigError, load_config
+from talaria.runner.receipts import Receipts, ReceiptsError
+from talaria.runner.state_dir import StateDir, StateDirError
+
+
+def run_runner(config_path: Path) -> int:
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        print(f"talaria runner: {exc}", file=sys.stderr)
+        return 2
+    try:
+        state = StateDir.open(config_path, config.runner_id)
+    except StateDirError as exc:
+        print(f"talaria runner: {exc}", file=sys.stderr)
+        return 2
+    try:
+        clock = SystemClock()
+        try:
+            receipts = Receipts(state.receipts_path, clock)
+        except ReceiptsError as exc:
+            print(f"talaria runner: {exc}", file=sys.stderr)
+            return 2
+        with receipts:
+            return asyncio.run(_serve(config_path, Agent(config, receipts, clock)))
+    finally:
+        state.close()
+        print("runner stopped", file=sys.stderr, flush=True)
+
+
+async def _serve(config_path: Path, agent: Agent) -> int:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, agent.request_stop)
+    return await agent.run()

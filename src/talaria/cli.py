@@ -65,6 +65,50 @@ def cmd_create_user(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_runners(args: argparse.Namespace) -> int:
+    """``talaria admin runners list|register|disable`` for scripted set-ups (runner-protocol.md 2)."""
+    import json
+
+    from talaria.clock import SystemClock
+    from talaria.hub.runners.registry import RunnerRegistry, parse_registration
+
+    store = _store_for(_data_dir(args.data_dir))
+    registry = RunnerRegistry(store, SystemClock())
+    try:
+        if args.runners_command == "list":
+            for record in registry.all(args.tenant):
+                state = "enabled" if record.enabled else "disabled"
+                profiles = ",".join(record.allowed_profiles)
+                print(f"{record.id}  {state:8}  source={record.source}  name={record.name!r}  profiles={profiles}")
+            return 0
+        if args.runners_command == "disable":
+            if not registry.disable(args.id, args.tenant):
+                print(f"talaria: no runner {args.id} in tenant {args.tenant}", file=sys.stderr)
+                return 1
+            print(f"disabled runner {args.id}; it stops at its next request")
+            return 0
+        body: dict[str, object] = {
+            "name": args.name,
+            "source": args.source,
+            "allowedProfiles": args.profile,
+            "serverURL": args.server_url,
+            "artifactRoots": args.artifact_root or [],
+            "allowInsecureLan": args.allow_insecure_lan,
+        }
+        if args.hermes_url:
+            body["hermesURL"] = args.hermes_url
+        registration = registry.register(args.tenant, parse_registration(body, default_server_url=args.server_url))
+        out = Path(args.out)
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(registration.config, indent=2) + "\n")
+        out.chmod(0o600)
+        print(str(out))
+        return 0
+    finally:
+        store.close()
+
+
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     from talaria.lifecycle.audit import verify
 
@@ -158,6 +202,24 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--allow", action="append", metavar="SOURCE:PROFILE", help="an allowed profile (repeatable)")
     create.add_argument("--team", action="store_true", help="may manage team bots")
     create.set_defaults(func=cmd_create_user)
+
+    runners = admin.add_parser("runners", help="execution nodes").add_subparsers(dest="runners_command", required=True)
+    listing = runners.add_parser("list", help="list the registered runners")
+    register = runners.add_parser("register", help="register a runner and write its runner.json (mode 600)")
+    disable = runners.add_parser("disable", help="disable a runner for good")
+    for command in (listing, register, disable):
+        command.add_argument("--data-dir", default=None)
+        command.add_argument("--tenant", default="default")
+        command.set_defaults(func=cmd_runners)
+    register.add_argument("--name", required=True)
+    register.add_argument("--source", default="local")
+    register.add_argument("--profile", action="append", required=True, help="an allowed profile (repeatable)")
+    register.add_argument("--server-url", required=True, help="the hub URL as the node reaches it")
+    register.add_argument("--hermes-url", default=None, help="loopback Hermes URL (default http://127.0.0.1:9119)")
+    register.add_argument("--artifact-root", action="append", help="a directory export may read (repeatable)")
+    register.add_argument("--allow-insecure-lan", action="store_true", help="allow plain http to a LAN hub")
+    register.add_argument("--out", required=True, help="where to write runner.json")
+    disable.add_argument("id")
 
     audit = sub.add_parser("audit", help="audit chain").add_subparsers(dest="audit_command", required=True)
     verify = audit.add_parser("verify", help="recompute the hash chain")

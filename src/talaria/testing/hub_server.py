@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import uvicorn
@@ -19,6 +20,8 @@ from talaria.hub.app import create_app
 from talaria.hub.server import HubUvicorn, bind
 from talaria.hub.state import Hub
 from talaria.settings import Settings, validate
+
+T = TypeVar("T")
 
 
 class HubServer:
@@ -32,6 +35,7 @@ class HubServer:
         self._app: Any = None
         self.url = ""
         self.startup_error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> HubServer:
         sock = bind("127.0.0.1", 0)
@@ -43,9 +47,13 @@ class HubServer:
         server = HubUvicorn(config)
         self._server = server
 
+        async def serve() -> None:
+            self._loop = asyncio.get_running_loop()
+            await server.serve(sockets=[sock])
+
         def run() -> None:
             try:
-                asyncio.run(server.serve(sockets=[sock]))
+                asyncio.run(serve())
             except BaseException as exc:  # surfaced by start()
                 self.startup_error = exc
             finally:
@@ -63,6 +71,11 @@ class HubServer:
     def hub(self) -> Hub:
         hub: Hub = self._app.state.hub
         return hub
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
+        """Run ``coro`` on the hub's event loop (where runner states and their futures live)."""
+        assert self._loop is not None, "the hub is not running"
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def client(self, **kwargs: Any) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=10.0, **kwargs)

@@ -147,6 +147,7 @@ class RunnerRegistry:
             now = self.clock.now_ms()
             if tx.one("runner_enabled_for_source", tenant=tenant, source=fields["source"]) is not None:
                 raise TalariaError("runner_source_in_use", f"source {fields['source']} already has an enabled runner")
+            tx.run("tenant_ensure", name=tenant, now=now)
             tx.run("source_ensure", tenant=tenant, name=fields["source"], now=now)
             tx.run(
                 "runner_insert",

@@ -1,0 +1,276 @@
+"""Dispatch benchmark (execution-node issue): what a runner command costs, and what idle runners cost.
+
+In one run it prints, as progress on stderr and one JSON object as the last line of stdout:
+
+- ``echo``: the bare floor, sequential httpx requests to a uvicorn echo app on 127.0.0.1 (p50/p99 ms);
+- ``command``: round trips of a no-op ``http GET /api/status`` command from the hub through one real runner
+  process (``talaria runner``) to the Hermes fixture and back (p50/p99 ms, commands/s), and
+  ``ratio_p50`` = command p50 / echo p50;
+- ``idle``: for 100 and 1,000 runners long-polling one hub at once from one load process, the hub
+  process's RSS and the p99 wake latency from enqueue to the command's arrival at the runner.
+
+The hub runs in this process (a thread), so its RSS includes this driver; the echo server, the Hermes
+fixture, the runner and the load generator are separate processes.
+
+    .venv/bin/python bench/dispatch.py [--commands N] [--runners 100,1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from talaria.clock import SystemClock
+from talaria.hub.runners.registry import RunnerRegistry, parse_registration
+from talaria.hub.runners.state import AccountRef
+from talaria.logs import configure_logging
+from talaria.testing.hub_server import HubServer
+
+TARGETS = {"ratio_p50": 4.5, "command_p99_ms": 25.0, "wake_p99_ms": 100.0, "rss_mb": 300.0}
+
+
+def progress(text: str) -> None:
+    print(f"[dispatch] {text}", file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def spawn(code: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], stdout=subprocess.PIPE, text=True)
+
+
+ECHO = """
+import socket, sys, uvicorn
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": b'{"ok":true}'})
+sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+sock.bind(("127.0.0.1", 0))
+print(sock.getsockname()[1], flush=True)
+uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False)).run(sockets=[sock])
+"""
+
+FIXTURE = """
+import signal, threading
+from talaria.testing.hermes_fixture import HermesFixture
+with HermesFixture() as hermes:
+    print(hermes.url, hermes.session_token, flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop.wait()
+"""
+
+LOAD = """
+import asyncio, json, sys, time, uuid
+import httpx
+base, wanted = sys.argv[1], int(sys.argv[2])
+runners = json.loads(sys.stdin.readline())
+arrivals = {}
+
+async def runner(client, runner_id, token):
+    headers = {"Authorization": f"Bearer {token}", "X-Runner-Instance": str(uuid.uuid4()), "X-Runner-Protocol": "1"}
+    url = f"{base}/api/runner/v1/{runner_id}"
+    epoch = None
+    while len(arrivals) < wanted:
+        try:
+            answer = (await client.get(url + "/poll", headers=headers, timeout=30)).json()
+        except httpx.HTTPError:
+            await asyncio.sleep(0.5)
+            continue
+        now = time.time_ns()
+        if epoch is None:
+            epoch = answer["epoch"]
+            print("ready", flush=True)
+        for command in answer.get("commands", []):
+            marker = command["payload"].get("search", "")
+            arrivals.setdefault(marker, now)
+            await client.post(url + "/result", headers=headers | {"X-Runner-Epoch": epoch},
+                              json={"id": command["id"], "result": {"status": 200, "headers": {}, "body": ""}})
+
+async def main():
+    limits = httpx.Limits(max_connections=len(runners) * 2, max_keepalive_connections=len(runners) * 2)
+    async with httpx.AsyncClient(limits=limits) as client:
+        await asyncio.gather(*(runner(client, r, t) for r, t in runners))
+    print(json.dumps(arrivals), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def bench_echo(n: int) -> dict[str, float]:
+    server = spawn(ECHO)
+    assert server.stdout is not None
+    port = int(server.stdout.readline())
+    samples = []
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+        for _ in range(50):
+            client.get("/")
+        for _ in range(n):
+            started = time.perf_counter()
+            client.get("/")
+            samples.append((time.perf_counter() - started) * 1000)
+    server.send_signal(signal.SIGINT)
+    server.wait(10)
+    return {"p50_ms": round(percentile(samples, 50), 3), "p99_ms": round(percentile(samples, 99), 3)}
+
+
+def register(server: HubServer, count: int, source_prefix: str) -> list[tuple[str, str, dict[str, Any]]]:
+    registry: RunnerRegistry = server.hub.registry
+    made = []
+    for index in range(count):
+        body = {"name": f"bench {index}", "source": f"{source_prefix}{index}", "allowedProfiles": ["default"]}
+        registration = registry.register("default", parse_registration(body, default_server_url=server.url))
+        made.append((registration.runner.id, registration.token, registration.config))
+    return made
+
+
+def bench_command(server: HubServer, workdir: Path, n: int) -> dict[str, float]:
+    fixture = spawn(FIXTURE)
+    assert fixture.stdout is not None
+    hermes_url, hermes_token = fixture.stdout.readline().split()
+    runner_id, _, config = register(server, 1, "cmd")[0]
+    config["hermesURL"] = hermes_url
+    path = workdir / "node" / "runner.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    env = dict(os.environ, HERMES_DASHBOARD_SESSION_TOKEN=hermes_token)
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "talaria", "runner", "--config", str(path)], env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert runner.stderr is not None
+        while "runner connected" not in runner.stderr.readline():
+            pass
+        created = server.hub.accounts.create(
+            username="bench", password=secrets.token_urlsafe(16), role="user", allowed_profiles={"cmd0": ["default"]}
+        )
+        account = AccountRef(created.username, created.tenant, created.auth_version)
+
+        async def one() -> None:
+            await server.hub.runners.send(
+                runner_id, "http", {"path": "/api/status", "method": "GET", "search": ""},
+                account=account, profile=None,
+            )  # fmt: skip
+
+        for _ in range(20):
+            server.call(one())
+        samples = []
+        started_all = time.perf_counter()
+        for index in range(n):
+            started = time.perf_counter()
+            server.call(one())
+            samples.append((time.perf_counter() - started) * 1000)
+            if index % 100 == 99:
+                progress(f"command round trips: {index + 1}/{n}")
+        elapsed = time.perf_counter() - started_all
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.wait(20)
+        fixture.send_signal(signal.SIGTERM)
+        fixture.wait(20)
+    return {
+        "p50_ms": round(percentile(samples, 50), 3),
+        "p99_ms": round(percentile(samples, 99), 3),
+        "per_s": round(n / elapsed, 1),
+    }
+
+
+def bench_idle(server: HubServer, count: int, wakes: int) -> dict[str, float]:
+    made = register(server, count, f"idle{count}-")
+    load = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(LOAD), server.url, str(wakes)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert load.stdin is not None and load.stdout is not None
+    load.stdin.write(json.dumps([[r, t] for r, t, _ in made]) + "\n")
+    load.stdin.flush()
+    for _ in range(count):
+        load.stdout.readline()
+    progress(f"{count} runners connected; hub RSS {rss_mb(os.getpid()):.0f} MB")
+    time.sleep(2)  # every runner now holds a poll
+    rss = rss_mb(os.getpid())
+    sent: dict[str, int] = {}
+    step = max(1, count // wakes)
+    for index in range(wakes):
+        runner_id = made[(index * step) % count][0]
+        marker = f"?bench={index}"
+
+        async def wake(rid: str = runner_id, m: str = marker) -> None:
+            sent[m] = time.time_ns()
+            await server.hub.runners.send(
+                rid, "http", {"path": "/api/status", "method": "GET", "search": m},
+                account=None, profile=None, valid=True,
+            )  # fmt: skip
+
+        server.call(wake())
+    arrivals = json.loads(load.stdout.readline())
+    load.wait(30)
+    latencies = [(arrivals[m] - sent[m]) / 1e6 for m in sent if m in arrivals]
+    return {"runners": count, "rss_mb": round(rss, 1), "wake_p99_ms": round(percentile(latencies, 99), 3),
+            "wake_p50_ms": round(statistics.median(latencies), 3)}  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--commands", type=int, default=1000, help="command round trips to time")
+    parser.add_argument("--runners", default="100,1000", help="idle runner counts, comma-separated")
+    parser.add_argument("--wakes", type=int, default=200, help="wake-ups to time per idle count")
+    args = parser.parse_args()
+    configure_logging("WARNING")
+    with tempfile.TemporaryDirectory(prefix="talaria-dispatch-") as tmp:
+        workdir = Path(tmp)
+        progress("echo floor")
+        echo = bench_echo(args.commands)
+        server = HubServer(workdir / "data", SystemClock(), runtime_api_proxy_secret=secrets.token_hex(32)).start()
+        try:
+            progress("command round trips through one runner")
+            command = bench_command(server, workdir, args.commands)
+            idle = []
+            for count in (int(c) for c in args.runners.split(",") if c):
+                progress(f"{count} idle runners")
+                idle.append(bench_idle(server, count, min(args.wakes, count)))
+        finally:
+            server.stop()
+    ratio = round(command["p50_ms"] / echo["p50_ms"], 2)
+    summary = {
+        "echo": echo,
+        "command": command,
+        "ratio_p50": ratio,
+        "idle": idle,
+        "targets": TARGETS,
+        "meets_targets": ratio <= TARGETS["ratio_p50"]
+        and command["p99_ms"] <= TARGETS["command_p99_ms"]
+        and all(i["wake_p99_ms"] <= TARGETS["wake_p99_ms"] and i["rss_mb"] <= TARGETS["rss_mb"] for i in idle),
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

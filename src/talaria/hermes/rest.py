@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 
 import httpx
 
 from talaria.clock import Clock
 from talaria.hermes.auth import HermesAuth, HermesUnavailable
+
+_NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # small requests must not wait for delayed ACKs
 
 
 class ReplyTooLarge(Exception):
@@ -33,7 +36,11 @@ class HermesRest:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.http = httpx.AsyncClient(
-            base_url=hermes_url, timeout=30.0, follow_redirects=False, trust_env=False, transport=transport
+            base_url=hermes_url,
+            timeout=30.0,
+            follow_redirects=False,
+            trust_env=False,
+            transport=transport or httpx.AsyncHTTPTransport(socket_options=[_NODELAY]),
         )
         self.auth = HermesAuth(self.http, hermes_url=hermes_url, token_file=token_file, clock=clock)
 

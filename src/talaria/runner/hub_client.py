@@ -7,6 +7,7 @@ hosts are reached directly (proxy variables ignored, ``localhost`` as ``127.0.0.
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -51,6 +52,14 @@ def _direct_url(server_url: str) -> tuple[str, bool]:
     return server_url, loopback
 
 
+# Nagle off: httpx writes a request's head and body apart, and the body would wait for a delayed ACK.
+NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def nodelay_transport() -> httpx.AsyncHTTPTransport:
+    return httpx.AsyncHTTPTransport(socket_options=[NODELAY])
+
+
 class HubClient:
     def __init__(
         self, server_url: str, identity: Identity, *, transport: httpx.AsyncBaseTransport | None = None
@@ -62,7 +71,7 @@ class HubClient:
             timeout=REQUEST_TIMEOUT_S,
             follow_redirects=False,
             trust_env=not loopback,
-            transport=transport,
+            transport=transport or nodelay_transport(),
         )
 
     async def close(self) -> None:

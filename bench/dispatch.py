@@ -76,13 +76,8 @@ uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False)).run(socke
 """
 
 FIXTURE = """
-import signal, threading
-from talaria.testing.hermes_fixture import HermesFixture
-with HermesFixture() as hermes:
-    print(hermes.url, hermes.session_token, flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    stop.wait()
+from talaria.testing.fixture_process import main
+main()
 """
 
 LOAD = """

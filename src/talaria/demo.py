@@ -2,19 +2,23 @@
 
 Starts ``talaria hub`` (Runtime API on, a per-run proxy secret) on a fresh data directory, creates
 an author and an approver with ``talaria admin create-user``, writes, submits and approves a task
-through the JSON API, runs its job to completion with a signed Runtime API worker, checks the
-audit chain with ``talaria audit verify``, and leaves the hub serving until Ctrl-C.
+through the JSON API, runs its job to completion with a signed Runtime API worker, registers an
+execution node and starts ``talaria runner`` against Talaria's Hermes protocol fixture, routes one
+command through it, checks the audit chain with ``talaria audit verify``, and leaves the hub serving
+until Ctrl-C.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +72,48 @@ def _login(url: str, username: str, password: str) -> httpx.Client:
     return client
 
 
+def _stop(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=15)
+
+
+def _execution_node(admin: httpx.Client, user: httpx.Client, data_dir: Path) -> list[subprocess.Popen[str]]:
+    """Register a runner, start the Hermes fixture and the runner, and route one command through them."""
+    registered = _check(
+        admin.post("/api/admin/runners", json={"name": "demo node", "source": "local", "allowedProfiles": ["default"]}),
+        "register a runner",
+    )
+    _step(f"bob registered execution node {registered['runner']['id']} for source local (the token is shown once)")
+    node = data_dir / "node"
+    node.mkdir(mode=0o700)
+    fixture = subprocess.Popen(
+        [sys.executable, "-m", "talaria.testing.fixture_process"], stdout=subprocess.PIPE, text=True
+    )
+    assert fixture.stdout is not None
+    hermes_url, hermes_token = fixture.stdout.readline().split()
+    config = registered["config"] | {"hermesURL": hermes_url}
+    path = node / "runner.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(config, handle, indent=2)
+    _step(f"wrote {path} (mode 600); Hermes here is Talaria's protocol fixture at {hermes_url}")
+    env = dict(os.environ, HERMES_DASHBOARD_SESSION_TOKEN=hermes_token)
+    runner = subprocess.Popen(  # noqa: S603 - our own CLI
+        [sys.executable, "-m", "talaria", "runner", "--config", str(path)], stderr=subprocess.PIPE, text=True, env=env
+    )
+    assert runner.stderr is not None
+    line = runner.stderr.readline().strip()
+    _step(f"talaria runner --config {path}: {line}")
+    started = time.perf_counter()
+    profiles = _check(user.get("/api/sources/local/profiles"), "list profiles")["profiles"]
+    elapsed = (time.perf_counter() - started) * 1000
+    names = ", ".join(p["name"] for p in profiles)
+    _step(f"alice listed the node's Hermes profiles through the runner ({names}) in {elapsed:.1f} ms")
+    return [fixture, runner]
+
+
 def run_demo(*, keep_serving: bool = True, port: int = 0) -> int:
     data_dir = Path(tempfile.mkdtemp(prefix="talaria-demo-"))
     secret = secrets.token_urlsafe(32)
@@ -87,6 +133,7 @@ def run_demo(*, keep_serving: bool = True, port: int = 0) -> int:
     secrets_file.chmod(0o600)
     _step(f"demo passwords are in {secrets_file} (mode 600)")
 
+    processes: list[subprocess.Popen[str]] = []
     hub, url = _start_hub(data_dir, port, secret)
     _step(f"hub listening on {url} with the internal Runtime API on (loopback only, signed proxy identity)")
     try:
@@ -132,6 +179,7 @@ def run_demo(*, keep_serving: bool = True, port: int = 0) -> int:
         _step(f"alice sees task {shown['id']} {shown['state']}")
         events = _check(bob.get("/api/audit", params={"job": job["id"]}), "audit")["events"]
         _step(f"{len(events)} audit events for the job, each with its evidence digest")
+        processes = _execution_node(bob, alice, data_dir)
         verify = _talaria("audit", "verify", "--data-dir", str(data_dir))
         print((verify.stdout or verify.stderr).strip(), flush=True)
         if verify.returncode != 0:
@@ -142,6 +190,8 @@ def run_demo(*, keep_serving: bool = True, port: int = 0) -> int:
                 hub.wait()
         return 0
     finally:
+        for process in reversed(processes):
+            _stop(process)
         if hub.poll() is None:
             hub.send_signal(signal.SIGTERM)
         with contextlib.suppress(KeyboardInterrupt):

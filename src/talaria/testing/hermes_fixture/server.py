@@ -75,6 +75,7 @@ class HermesFixture(FixtureControls):
     ) -> None:
         self._token_given = session_token is not None
         self._profile_specs = list(profiles)
+        profile_entries(self._profile_specs, Path())  # invalid names fail here, not at start
         self._configs_given = configs
         self._home_given = home
         self._state = FixtureState(
@@ -124,7 +125,6 @@ class HermesFixture(FixtureControls):
             config = uvicorn.Config(
                 app,
                 log_config=None,
-                access_log=False,
                 lifespan="off",
                 http=QuietHTTPProtocol,
                 ws=ExposingWebSocketProtocol,
@@ -227,6 +227,7 @@ class HermesFixture(FixtureControls):
 
     @property
     def home(self) -> Path:
+        """The fixture's Hermes home (set by ``start``)."""
         return self._state.home
 
     @property

@@ -100,7 +100,13 @@ async def serve_gateway(state: FixtureState, ws: WebSocket) -> None:
     try:
         if state.knobs.send_ready:
             await state.pause(state.knobs.ready_delay)
-            await conn.send({"jsonrpc": "2.0", "method": "event", "params": {"type": "gateway.ready", "payload": {}}})
+            await conn.send(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "event",
+                    "params": {"type": "gateway.ready", "payload": {"skin": {"name": "default"}}},
+                }
+            )
         await _serve(state, ws, conn)
     finally:
         conn.open = False

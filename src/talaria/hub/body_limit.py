@@ -1,7 +1,8 @@
 """Pure ASGI middleware: refuse request bodies over the limit with 413 ``payload_too_large``.
 
-Runs before routing for the web API; the Runtime API checks its own body size after the peer check
-(lifecycle.md 6.5), so its prefix is exempt here.
+Runs before routing for the web API. The Runtime API checks its own body size after the peer check
+(lifecycle.md 6.5) and the runner machine API its 16 MiB limit after the gate (runner-protocol.md 4,
+gate 9), so their prefixes are exempt here.
 """
 
 from __future__ import annotations
@@ -47,13 +48,19 @@ async def send_too_large(send: Send) -> None:
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, *, limit: int = MAX_BODY_BYTES, exempt_prefix: str = "/internal/runtime/"):
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        limit: int = MAX_BODY_BYTES,
+        exempt_prefixes: tuple[str, ...] = ("/internal/runtime/", "/api/runner/v1/"),
+    ):
         self.app = app
         self.limit = limit
-        self.exempt_prefix = exempt_prefix
+        self.exempt_prefixes = exempt_prefixes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].startswith(self.exempt_prefix):
+        if scope["type"] != "http" or scope["path"].startswith(self.exempt_prefixes):
             await self.app(scope, receive, send)
             return
         for name, value in scope.get("headers", []):

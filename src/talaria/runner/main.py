@@ -16,6 +16,14 @@ from talaria.runner.state_dir import StateDir, StateDirError
 
 
 def run_runner(config_path: Path) -> int:
+    """Run until stopped; ``runner stopped`` is the last line of every exit (runner-protocol.md 3)."""
+    try:
+        return _run(config_path)
+    finally:
+        print("runner stopped", file=sys.stderr, flush=True)
+
+
+def _run(config_path: Path) -> int:
     try:
         config = load_config(config_path)
     except ConfigError as exc:
@@ -37,7 +45,6 @@ def run_runner(config_path: Path) -> int:
             return asyncio.run(_serve(config_path, Agent(config, receipts, clock)))
     finally:
         state.close()
-        print("runner stopped", file=sys.stderr, flush=True)
 
 
 async def _serve(config_path: Path, agent: Agent) -> int:

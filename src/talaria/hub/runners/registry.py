@@ -105,10 +105,10 @@ def parse_registration(body: Any, *, default_server_url: str) -> dict[str, Any]:
     if not isinstance(source, str) or not SOURCE.match(source):
         raise _bad("source", "must match ^[a-z0-9][a-z0-9._-]{0,63}$")
     insecure = body.get("allowInsecureLan", False)
-    if not isinstance(insecure, bool):
-        raise _bad("allowInsecureLan", "must be a boolean")
     try:
-        server_url = check_server_url(body.get("serverURL", default_server_url), insecure)
+        # Section 3's order: serverURL (judged as if allowInsecureLan were true only when it is), then
+        # hermesURL, allowedProfiles, artifactRoots, and allowInsecureLan's own type last.
+        server_url = check_server_url(body.get("serverURL", default_server_url), insecure is True)
         hermes_url = check_hermes_url(body.get("hermesURL", DEFAULT_HERMES_URL))
     except ConfigError as exc:
         raise _bad(exc.field, exc.message) from exc
@@ -123,6 +123,8 @@ def parse_registration(body: Any, *, default_server_url: str) -> dict[str, Any]:
         roots = check_artifact_roots(body.get("artifactRoots", []))
     except ConfigError as exc:
         raise _bad("artifactRoots", exc.message) from exc
+    if not isinstance(insecure, bool):
+        raise _bad("allowInsecureLan", "must be a boolean")
     return {
         "name": name.strip(),
         "source": source,

@@ -1,0 +1,812 @@
+"""The runner machine API over a real hub, driven by raw requests (runner-protocol.md 4-6, 8, 14).
+
+One test per gate step and code, in the order of section 4. The hub runs on a ManualClock: redelivery, expiry
+and the watchdog are driven by advancing it; command deadlines (timers in real time) are shortened in the one test
+that waits for them. Commands are queued with ``RunnerHub.send`` on the hub loop (``HubServer.call``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+
+from talaria.clock import ManualClock
+from talaria.errors import TalariaError
+from talaria.hub.runners import limits
+from talaria.hub.runners.state import AccountRef
+from talaria.testing.hub_server import HubServer
+from tests.conftest import PASSWORD
+from tests.integration.runner_support import (
+    MACHINE,
+    OFF_LIST,
+    UUID_RE,
+    Machine,
+    admin_of,
+    assert_machine_error,
+    assert_machine_ok,
+    has_waiter,
+    metric_value,
+    metrics_text,
+    outcome,
+    pending_wire,
+    raw_post,
+    register,
+    runner_summary,
+    send,
+    send_now,
+    spawn,
+    tick,
+    wait_until,
+)
+from tests.integration.test_web_api import cheapen_argon2
+
+MIB = 1024 * 1024
+UNKNOWN_RUNNER = "00000000-0000-4000-8000-000000000000"
+
+
+@pytest.fixture(autouse=True)
+def _fast_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    cheapen_argon2(monkeypatch)
+
+
+class Node:
+    """A hub with one registered runner (source ``local``) and raw machine clients for it."""
+
+    def __init__(self, server: HubServer, clock: ManualClock) -> None:
+        self.server = server
+        self.clock = clock
+        self.admin = admin_of(server)
+        registered = register(self.admin)
+        self.id: str = registered["runner"]["id"]
+        self.token: str = registered["token"]
+        self.machines: list[Machine] = []
+        self.pool = ThreadPoolExecutor(max_workers=4)
+        self.stopped = False
+
+    def machine(self, instance: str | None = None, token: str | None = None) -> Machine:
+        made = Machine(self.server, self.id, token or self.token, instance)
+        self.machines.append(made)
+        return made
+
+    def twin(self, machine: Machine) -> Machine:
+        made = machine.twin()
+        self.machines.append(made)
+        return made
+
+    def background(self, call: Callable[[], httpx.Response]) -> Future[httpx.Response]:
+        return self.pool.submit(call)
+
+    def held_poll(self, machine: Machine) -> Future[httpx.Response]:
+        """A poll of ``machine``'s instance on its own connection, returned once the hub holds it."""
+        other = self.twin(machine)
+        future = self.background(other.poll)
+        wait_until(lambda: has_waiter(self.server, self.id) or future.done(), what="a held poll")
+        assert not future.done(), future.result().text
+        return future
+
+    def summary(self) -> dict[str, Any]:
+        return runner_summary(self.admin, self.id)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        for machine in self.machines:
+            machine.close()
+        self.admin.close()
+
+
+@pytest.fixture
+def node(make_hub: Callable[..., HubServer], clock: ManualClock) -> Iterator[Node]:
+    made = Node(make_hub(), clock)
+    try:
+        yield made
+    finally:
+        # End any held poll before the pool joins its thread (unless the test stopped the hub).
+        if not made.stopped:
+            made.server.call(_disconnect(made.server, made.id))
+        made.close()
+
+
+async def _disconnect(server: HubServer, runner_id: str) -> None:
+    server.hub.runners.disconnect(runner_id, "test over")
+
+
+def connected(node: Node, instance: str | None = None) -> Machine:
+    machine = node.machine(instance)
+    machine.connect()
+    return machine
+
+
+# --- route and method: no effect on any state -------------------------------------------------------------------
+
+
+def test_an_unknown_op_is_404_not_found(node: Node) -> None:
+    machine = node.machine()
+    for op in ("nope", "vm.create", "Poll", "poll/extra", "heartbeat"):
+        for method in ("GET", "POST"):
+            response = machine.client.request(method, f"/{op}", headers=machine.headers())
+            assert_machine_error(response, 404, "not_found", (method, op))
+    assert node.summary()["lastSeenAt"] is None, "route matching has no effect on any state"
+
+
+def test_a_runner_id_that_is_not_a_uuid_is_404_not_found(node: Node) -> None:
+    machine = node.machine()
+    with httpx.Client(base_url=node.server.url) as client:
+        for runner_id in ("not-a-uuid", "00000000-0000-4000-8000-00000000000", node.id.upper()):
+            for op in ("poll", "admit"):
+                method = "GET" if op == "poll" else "POST"
+                response = client.request(method, f"{MACHINE}/{runner_id}/{op}", headers=machine.headers())
+                assert_machine_error(response, 404, "not_found", (runner_id, op))
+    assert node.summary()["lastSeenAt"] is None
+
+
+def test_poll_must_be_get_and_every_other_op_post(node: Node) -> None:
+    machine = connected(node)
+    seen = node.summary()["lastSeenAt"]
+    node.clock.advance(1)
+    responses = [machine.client.post("/poll", headers=machine.headers(), content=b"{}")]
+    responses.append(machine.client.put("/poll", headers=machine.headers()))
+    for op in ("admit", "result", "event", "tool", "goodbye"):
+        responses.append(machine.client.get(f"/{op}", headers=machine.headers()))
+    for response in responses:
+        assert_machine_error(response, 405, "method_not_allowed", response.request.url.path)
+    summary = node.summary()
+    assert summary["lastSeenAt"] == seen, "a 405 has no effect on any state"
+    assert summary["online"] is True, "goodbye by GET did not disconnect"
+
+
+# --- gate 1: Origin, record, bearer -----------------------------------------------------------------------------
+
+
+def test_an_origin_header_is_403_runner_unauthorized_even_with_the_right_bearer(node: Node) -> None:
+    machine = node.machine()
+    response = machine.poll(headers={"Origin": node.server.url})
+    assert_machine_error(response, 403, "runner_unauthorized")
+    assert node.summary()["connectedAt"] is None, "no state was created"
+    machine.connect()
+    response = machine.post("admit", {"id": "x"}, headers={"Origin": "null"})
+    assert_machine_error(response, 403, "runner_unauthorized")
+
+
+def test_a_wrong_or_missing_bearer_is_403_runner_unauthorized(node: Node) -> None:
+    machine = node.machine()
+    wrong = [None, "", "Bearer", "Bearer " + node.token[:-1] + "A", "Basic xyz", node.token, "Bearer " + node.token * 2]
+    for value in wrong:
+        response = machine.poll(headers={"Authorization": value})
+        assert_machine_error(response, 403, "runner_unauthorized", value)
+    assert node.summary()["lastSeenAt"] is None
+
+
+def test_an_unknown_runner_is_403_runner_unauthorized(node: Node) -> None:
+    stranger = Machine(node.server, UNKNOWN_RUNNER, node.token)
+    node.machines.append(stranger)
+    assert_machine_error(stranger.poll(reset=True), 403, "runner_unauthorized")
+    assert_machine_error(stranger.post("goodbye", {}), 403, "runner_unauthorized")
+
+
+def test_another_runners_token_is_403_runner_unauthorized(node: Node) -> None:
+    other = register(node.admin, source="lab")
+    machine = node.machine(token=other["token"])
+    assert_machine_error(machine.poll(), 403, "runner_unauthorized")
+
+
+def test_a_disabled_runner_is_403_and_its_state_is_disconnected_at_its_next_request(node: Node) -> None:
+    machine = connected(node)
+    queued = send(node.server, node.id)  # never delivered
+    assert node.server.hub.registry.disable(node.id)  # as `talaria admin runners disable` does: no hub call
+    assert node.summary()["connectedAt"] is not None, "the hub learns of it at the runner's next request"
+    response = machine.post("admit", {"id": "x"})
+    assert_machine_error(response, 403, "runner_unauthorized")
+    error = outcome(node.server, queued)
+    assert isinstance(error, TalariaError)
+    assert (error.code, error.status) == ("runner_offline", 503)
+    summary = node.summary()
+    assert (summary["online"], summary["connectedAt"]) == (False, None)
+    assert_machine_error(machine.poll(reset=True), 403, "runner_unauthorized")
+
+
+def test_gate_1_comes_before_gate_2(node: Node) -> None:
+    machine = node.machine(instance="NOT-A-UUID")
+    response = machine.poll(headers={"Authorization": "Bearer nope", "X-Runner-Protocol": "2"})
+    assert_machine_error(response, 403, "runner_unauthorized")
+
+
+# --- gate 2: instance and protocol headers ----------------------------------------------------------------------
+
+
+BAD_IDENTITY: list[dict[str, str | None]] = [
+    {"X-Runner-Instance": None},
+    {"X-Runner-Instance": "not-a-uuid"},
+    {"X-Runner-Instance": str(uuid.uuid4()).upper()},
+    {"X-Runner-Instance": "{" + str(uuid.uuid4()) + "}"},
+    {"X-Runner-Protocol": None},
+    {"X-Runner-Protocol": "2"},
+    {"X-Runner-Protocol": "1.0"},
+    {"X-Runner-Protocol": "01"},
+    {"X-Runner-Protocol": ""},
+]
+
+
+def test_a_bad_instance_header_or_protocol_is_409_runner_protocol_mismatch(node: Node) -> None:
+    machine = node.machine()
+    for headers in BAD_IDENTITY:
+        assert_machine_error(machine.poll(headers=headers), 409, "runner_protocol_mismatch", headers)
+        assert_machine_error(machine.post("goodbye", {}, headers=headers), 409, "runner_protocol_mismatch", headers)
+    assert node.summary()["connectedAt"] is None
+    machine.connect()
+    for headers in BAD_IDENTITY:
+        response = machine.post("admit", {"id": "x"}, headers=headers)
+        assert_machine_error(response, 409, "runner_protocol_mismatch", headers)
+
+
+# --- the first poll, gates 3-8 ----------------------------------------------------------------------------------
+
+
+def test_the_poll_that_creates_a_state_answers_at_once_with_a_new_epoch(node: Node) -> None:
+    machine = node.machine()
+    started = time.monotonic()
+    response = machine.poll()
+    assert time.monotonic() - started < 2
+    body = assert_machine_ok(response)
+    assert set(body) == {"epoch", "commands"}
+    assert body["commands"] == []
+    hub_epoch, _, random_part = body["epoch"].rpartition(":")
+    assert hub_epoch, body["epoch"]
+    assert UUID_RE.match(random_part), "<hubEpoch>:<new UUID>"
+    summary = node.summary()
+    assert summary["online"] is True
+    assert summary["connectedAt"] == summary["lastSeenAt"] == node.clock.now_ms()
+
+
+def test_a_non_poll_request_without_a_state_is_409_runner_instance_changed(node: Node) -> None:
+    machine = node.machine()
+    for op, body in (("admit", {"id": "x"}), ("result", {"id": "x", "result": 1}), ("goodbye", {})):
+        response = machine.post(op, body, epoch="anything")
+        assert_machine_error(response, 409, "runner_instance_changed", op)
+    connected(node)
+    stranger = node.machine()  # another instance than the state's
+    assert_machine_error(stranger.post("admit", {"id": "x"}, epoch="x"), 409, "runner_instance_changed")
+
+
+def test_a_wrong_epoch_is_409_runner_epoch_changed(node: Node) -> None:
+    machine = connected(node)
+    assert machine.epoch is not None
+    for epoch in ("wrong", "", None, machine.epoch + "x", machine.epoch.upper()):
+        for op, body in (("admit", {"id": "x"}), ("result", {"id": "x", "result": 1}), ("goodbye", {})):
+            response = machine.post(op, body, epoch=epoch)
+            assert_machine_error(response, 409, "runner_epoch_changed", (op, epoch))
+    # Gate 7 comes before gate 9: a malformed body with a wrong epoch is an epoch error.
+    assert_machine_error(machine.post("admit", content=b"{", epoch="wrong"), 409, "runner_epoch_changed")
+    assert node.summary()["online"] is True, "a refused goodbye disconnects nothing"
+
+
+def test_a_poll_from_a_second_instance_retires_the_first(node: Node) -> None:
+    first = connected(node)
+    old_epoch = first.epoch
+    queued = send(node.server, node.id)
+    second = node.machine()
+    body = assert_machine_ok(second.poll())
+    assert body == {"epoch": second.epoch, "commands": []}, "a new state: answered at once"
+    assert second.epoch != old_epoch
+    error = outcome(node.server, queued)
+    assert isinstance(error, TalariaError)
+    assert error.code == "runner_offline", "the replaced state's commands fail (never delivered)"
+    assert_machine_error(first.poll(), 409, "runner_instance_retired")
+    assert_machine_error(first.poll(reset=True), 409, "runner_instance_retired")
+    # A non-poll request of the retired instance meets gate 4 first.
+    assert_machine_error(first.post("admit", {"id": "x"}), 409, "runner_instance_changed")
+    assert assert_machine_ok(second.post("admit", {"id": "x"})) == {"allowed": False}
+
+
+def test_a_waiting_poll_of_a_replaced_instance_answers_409_runner_instance_changed(node: Node) -> None:
+    first = connected(node)
+    held = node.held_poll(first)
+    node.machine().connect()
+    assert_machine_error(held.result(10), 409, "runner_instance_changed")
+
+
+def test_a_reset_poll_makes_a_new_epoch_and_refuses_the_old_one(node: Node) -> None:
+    machine = connected(node)
+    old_epoch = machine.epoch
+    delivered = send(node.server, node.id)
+    assert len(assert_machine_ok(machine.poll())["commands"]) == 1
+    started = time.monotonic()
+    body = assert_machine_ok(machine.poll(reset=True))
+    assert time.monotonic() - started < 2, "the reset poll creates a state: answered at once"
+    assert body["commands"] == []
+    assert machine.epoch != old_epoch
+    error = outcome(node.server, delivered)
+    assert isinstance(error, TalariaError)
+    assert (error.code, error.status) == ("runner_command_uncertain", 504)
+    response = machine.post("result", {"id": "x", "result": 1}, epoch=old_epoch)
+    assert_machine_error(response, 409, "runner_epoch_changed")
+    assert assert_machine_ok(machine.post("result", {"id": "x", "result": 1})) == {"ok": True}
+
+
+def test_goodbye_disconnects_and_the_instance_is_not_retired(node: Node) -> None:
+    machine = connected(node)
+    old_epoch = machine.epoch
+    queued = send(node.server, node.id)
+    assert assert_machine_ok(machine.post("goodbye", {})) == {"ok": True}
+    summary = node.summary()
+    assert (summary["online"], summary["connectedAt"], summary["features"]) == (False, None, [])
+    error = outcome(node.server, queued)
+    assert isinstance(error, TalariaError)
+    assert error.code == "runner_offline"
+    assert_machine_error(machine.post("admit", {"id": "x"}), 409, "runner_instance_changed")
+    body = assert_machine_ok(machine.poll())
+    assert body["commands"] == []
+    assert body["epoch"] != old_epoch
+    # A restart after a goodbye (a new instance finds no state) retires nobody: the old instance may come back.
+    assert_machine_ok(machine.post("goodbye", {}))
+    restarted = node.machine()
+    restarted.connect()
+    assert_machine_ok(restarted.post("goodbye", {}))
+    assert assert_machine_ok(machine.poll())["commands"] == []
+
+
+def test_after_256_retired_instances_a_further_replacement_is_409_runner_instance_limit(node: Node) -> None:
+    current = connected(node)
+    first_instance = current.instance
+    for _ in range(limits.MAX_RETIRED_INSTANCES):
+        current.instance = str(uuid.uuid4())  # a new process each time (one connection: quicker)
+        assert_machine_ok(current.poll())
+    one_more = node.machine()
+    assert_machine_error(one_more.poll(), 409, "runner_instance_limit")
+    assert_machine_error(one_more.poll(reset=True), 409, "runner_instance_limit")
+    survivor = node.twin(current)
+    assert assert_machine_ok(survivor.post("admit", {"id": "x"})) == {"allowed": False}, "the state was kept"
+    # A graceful stop (goodbye) is not a replacement: the survivor may come back; a new instance may start.
+    assert_machine_ok(survivor.post("goodbye", {}))
+    assert_machine_ok(one_more.poll())
+    retired = node.machine(instance=first_instance)
+    assert_machine_error(retired.poll(), 409, "runner_instance_retired")
+
+
+def test_features_are_filtered_and_replaced_by_every_header_even_an_empty_one(node: Node) -> None:
+    machine = node.machine()
+    assert_machine_ok(machine.poll(features="export-v1 , vm-v1,team-tools-v1,"))
+    assert sorted(node.summary()["features"]) == ["export-v1", "team-tools-v1"]
+    held = node.held_poll(machine)  # no header on this one: the list stays
+    assert sorted(node.summary()["features"]) == ["export-v1", "team-tools-v1"]
+    other = node.twin(machine)
+    second = node.background(lambda: other.poll(features=""))
+    assert assert_machine_ok(held.result(10))["commands"] == []
+    wait_until(lambda: node.summary()["features"] == [], what="the empty header to clear the list")
+    assert not second.done()
+
+
+def test_last_seen_moves_only_for_requests_that_pass_gate_8(node: Node) -> None:
+    machine = connected(node)
+    first = node.summary()["lastSeenAt"]
+    node.clock.advance(2)
+    assert_machine_error(machine.post("admit", {"id": "x"}, epoch="wrong"), 409, "runner_epoch_changed")
+    assert_machine_error(machine.poll(headers={"Authorization": "Bearer no"}), 403, "runner_unauthorized")
+    assert node.summary()["lastSeenAt"] == first
+    assert_machine_error(machine.post("admit", {"nope": 1}), 400, "invalid_json")  # passed gate 8, refused at 9
+    assert node.summary()["lastSeenAt"] == first + 2000
+
+
+# --- gate 9: body size and shape ----------------------------------------------------------------------------------
+
+
+def test_a_body_over_16_mib_is_413_runner_payload_limit(node: Node) -> None:
+    machine = connected(node)
+    headers = machine.headers()
+    status, body = raw_post(node.server.url, f"{MACHINE}/{node.id}/result", headers, 16 * MIB + 1)
+    assert status == 413, body
+    assert json.loads(body)["code"] == "runner_payload_limit", body
+    assert set(json.loads(body)) == {"code", "error"}
+
+
+def test_a_body_of_exactly_16_mib_is_accepted(node: Node) -> None:
+    machine = connected(node)
+    shell = json.dumps({"id": "unknown-id", "result": ""}).encode()
+    padding = 16 * MIB - len(shell)
+    content = json.dumps({"id": "unknown-id", "result": "x" * padding}).encode()
+    assert len(content) == 16 * MIB
+    assert assert_machine_ok(machine.post("result", content=content)) == {"ok": True}
+
+
+def test_gate_1_refuses_an_oversized_body_of_a_wrong_bearer_as_unauthorized(node: Node) -> None:
+    machine = connected(node)
+    headers = machine.headers({"Authorization": "Bearer wrong"})
+    status, body = raw_post(node.server.url, f"{MACHINE}/{node.id}/result", headers, 16 * MIB + 1)
+    assert (status, json.loads(body)["code"]) == (403, "runner_unauthorized"), body
+
+
+MALFORMED: dict[str, list[Any]] = {
+    "admit": [{}, {"id": 5}, {"id": "x", "extra": 1}, {"id": None}, [], None, "x"],
+    "result": [
+        {"id": "x"},
+        {"result": 1},
+        {"id": "x", "result": 1, "error": {"message": "m", "code": "c"}},
+        {"id": "x", "error": {"message": "m"}},
+        {"id": "x", "error": {"code": "c"}},
+        {"id": "x", "error": {"message": 1, "code": "c"}},
+        {"id": "x", "error": {"message": "m", "code": "c", "more": 1}},
+        {"id": "x", "error": "boom"},
+        {"id": 1, "result": 1},
+        [],
+    ],
+    "event": [
+        {"connectionId": "c"},
+        {"connectionId": "c", "frame": "text"},
+        {"connectionId": "c", "frame": {"payload": {}}},
+        {"connectionId": "c", "frame": {"type": "t", "extra": 1}},
+        {"connectionId": "c", "frame": {"type": "t"}, "closed": True},
+        {"connectionId": "c", "closed": False},
+        {"connectionId": 5, "closed": True},
+        {"closed": True},
+    ],
+    "tool": [
+        {"grantId": str(uuid.uuid4()), "toolId": "t", "callId": "c"},
+        {"grantId": str(uuid.uuid4()), "toolId": "t", "callId": "c", "arguments": []},
+        {"grantId": str(uuid.uuid4()), "toolId": 1, "callId": "c", "arguments": {}},
+        {"grantId": str(uuid.uuid4()), "toolId": "t", "callId": "c", "arguments": {}, "extra": 1},
+    ],
+    "goodbye": [{"x": 1}, [], None, "bye"],
+}
+
+
+def test_malformed_bodies_of_each_op_are_400_invalid_json(node: Node) -> None:
+    machine = connected(node)
+    for op, bodies in MALFORMED.items():
+        for body in bodies:
+            response = machine.post(op, content=json.dumps(body).encode())
+            assert_machine_error(response, 400, "invalid_json", (op, body))
+        for content in (b"", b"{", b"not json", b'{"id": "x",}', b"\xff\xfe"):
+            assert_machine_error(machine.post(op, content=content), 400, "invalid_json", (op, content))
+    assert node.summary()["online"] is True
+
+
+def test_an_event_for_an_unknown_connection_is_410_runner_connection_closed(node: Node) -> None:
+    machine = connected(node)
+    for body in (
+        {"connectionId": str(uuid.uuid4()), "frame": {"type": "event", "session_id": "s", "payload": {}}},
+        {"connectionId": str(uuid.uuid4()), "closed": True},
+    ):
+        assert_machine_error(machine.post("event", body), 410, "runner_connection_closed", body)
+
+
+def test_a_tool_call_for_an_unknown_grant_is_410_runner_grant_expired(node: Node) -> None:
+    machine = connected(node)
+    body = {"grantId": str(uuid.uuid4()), "toolId": "t", "callId": "c1", "arguments": {"q": 1}}
+    assert_machine_error(machine.post("tool", body), 410, "runner_grant_expired")
+
+
+def test_every_machine_answer_carries_no_store(node: Node) -> None:
+    machine = connected(node)
+    answers = [
+        machine.poll(reset=True),
+        machine.post("admit", {"id": "x"}),
+        machine.post("result", {"id": "x", "result": None}),
+        machine.post("event", {"connectionId": "c", "closed": True}),
+        machine.post("admit", {}),
+        machine.client.get("/nope"),
+        machine.client.post("/poll"),
+        machine.post("goodbye", {}),
+    ]
+    for response in answers:
+        assert response.headers.get("cache-control") == "no-store", (response.request.url.path, response.status_code)
+        if response.status_code != 200:
+            assert set(response.json()) == {"code", "error"}
+
+
+# --- long poll and delivery (6.2) ----------------------------------------------------------------------------
+
+
+def test_a_second_poll_ends_the_waiting_one_with_an_empty_batch(node: Node) -> None:
+    machine = connected(node)
+    held = node.held_poll(machine)
+    other = node.twin(machine)
+    second = node.background(other.poll)
+    first = held.result(5)
+    assert assert_machine_ok(first) == {"epoch": machine.epoch, "commands": []}
+    wait_until(lambda: has_waiter(node.server, node.id), what="the second poll to wait")
+    assert not second.done()
+    assert_machine_ok(machine.post("goodbye", {}))
+    assert_machine_error(second.result(5), 409, "runner_instance_changed")
+
+
+def test_a_waiting_poll_ended_by_an_admin_disable_is_403(node: Node) -> None:
+    machine = connected(node)
+    held = node.held_poll(machine)
+    assert node.admin.delete(f"/api/admin/runners/{node.id}").json() == {"ok": True}
+    assert_machine_error(held.result(5), 403, "runner_unauthorized")
+    assert node.summary()["connectedAt"] is None
+
+
+def test_an_admin_disable_disconnects_at_once_and_fails_pending_commands(node: Node) -> None:
+    machine = connected(node)
+    delivered = send(node.server, node.id)
+    assert len(assert_machine_ok(machine.poll())["commands"]) == 1
+    undelivered = send(node.server, node.id)
+    assert node.admin.delete(f"/api/admin/runners/{node.id}").json() == {"ok": True}
+    codes = [(e.code, e.status) for e in (outcome(node.server, delivered), outcome(node.server, undelivered))]
+    assert codes == [("runner_command_uncertain", 504), ("runner_offline", 503)]
+    assert node.summary()["connectedAt"] is None
+    assert_machine_error(machine.post("result", {"id": "x", "result": 1}), 403, "runner_unauthorized")
+
+
+def test_a_waiting_poll_ended_by_hub_shutdown_answers_503_hub_shutting_down_at_once(node: Node) -> None:
+    machine = connected(node)
+    delivered = send(node.server, node.id)
+    assert len(assert_machine_ok(machine.poll())["commands"]) == 1
+    held = node.held_poll(machine)
+    started = time.monotonic()
+    node.stopped = True
+    node.server.stop()
+    assert_machine_error(held.result(5), 503, "hub_shutting_down")
+    assert time.monotonic() - started < 5, "shutdown did not wait out the 15 s hold"
+    assert delivered.done()
+    error = delivered.exception()
+    assert isinstance(error, TalariaError)
+    assert error.code == "runner_command_uncertain"
+
+
+def test_a_held_poll_is_answered_at_once_by_an_enqueued_command(node: Node) -> None:
+    machine = connected(node)
+    held = node.held_poll(machine)
+    started = time.monotonic()
+    root = node.server.hub.accounts.get("root")
+    assert root is not None
+    account = AccountRef(root.username, root.tenant, root.auth_version)
+    task = spawn(node.server, node.server.hub.channels.http(node.id, account, "/api/status"))
+    body = assert_machine_ok(held.result(5))
+    assert time.monotonic() - started < 2
+    assert body["epoch"] == machine.epoch
+    [command] = body["commands"]
+    assert set(command) == {"id", "kind", "payload", "expiresAt"}
+    assert UUID_RE.match(command["id"])
+    assert command["kind"] == "http"
+    assert command["payload"] == {"path": "/api/status", "method": "GET", "search": ""}
+    assert command["expiresAt"] == node.clock.now_ms() + 30_000
+    assert assert_machine_ok(machine.post("admit", {"id": command["id"]})) == {"allowed": True}
+    reply = {"status": 200, "headers": {"content-type": "application/json"}, "body": "e30="}
+    assert assert_machine_ok(machine.post("result", {"id": command["id"], "result": reply})) == {"ok": True}
+    assert outcome(node.server, task) == reply
+    assert assert_machine_ok(machine.post("admit", {"id": command["id"]})) == {"allowed": False}
+    again = machine.post("result", {"id": command["id"], "error": {"message": "late", "code": "x"}})
+    assert assert_machine_ok(again) == {"ok": True}, "an already completed id changes nothing"
+
+
+def test_a_pending_command_is_answered_by_the_next_poll_in_enqueue_order(node: Node) -> None:
+    machine = connected(node)
+    tasks = [send(node.server, node.id, dict(OFF_LIST, search=f"?n={i}")) for i in range(3)]
+    started = time.monotonic()
+    commands = assert_machine_ok(machine.poll())["commands"]
+    assert time.monotonic() - started < 2
+    assert [c["payload"]["search"] for c in commands] == ["?n=0", "?n=1", "?n=2"]
+    for command in commands:
+        machine.post("result", {"id": command["id"], "result": command["payload"]["search"]})
+    assert [outcome(node.server, t) for t in tasks] == ["?n=0", "?n=1", "?n=2"]
+
+
+def test_a_delivered_command_is_delivered_again_after_5_s_without_a_result(node: Node) -> None:
+    machine = connected(node)
+    task = send(node.server, node.id)
+    [command] = assert_machine_ok(machine.poll())["commands"]
+    node.clock.advance(4.999)
+    assert assert_machine_ok(machine.poll())["commands"] == [], "not before 5 s"
+    node.clock.advance(0.001)
+    started = time.monotonic()
+    [again] = assert_machine_ok(machine.poll())["commands"]
+    assert time.monotonic() - started < 2
+    assert again == command, "the same id, payload and expiresAt"
+    node.clock.advance(4.9)
+    assert assert_machine_ok(machine.poll())["commands"] == [], "the redelivery restarted the 5 s"
+    node.clock.advance(0.1)
+    assert assert_machine_ok(machine.poll())["commands"] == [command]
+    assert_machine_ok(machine.post("result", {"id": command["id"], "result": "done"}))
+    assert outcome(node.server, task) == "done"
+
+
+def test_result_for_an_unknown_id_is_200_ok(node: Node) -> None:
+    machine = connected(node)
+    for body in (
+        {"id": str(uuid.uuid4()), "result": {"anything": True}},
+        {"id": "not-even-a-uuid", "error": {"message": "m", "code": "hermes_unavailable"}},
+    ):
+        assert assert_machine_ok(machine.post("result", body)) == {"ok": True}
+
+
+def test_a_result_error_reaches_the_hub_operation_with_the_runners_code(node: Node) -> None:
+    machine = connected(node)
+    relayed = send(node.server, node.id)
+    own_status = send(node.server, node.id)
+    commands = assert_machine_ok(machine.poll())["commands"]
+    error = {"message": "m" * 5000, "code": "hermes_unavailable"}
+    assert_machine_ok(machine.post("result", {"id": commands[0]["id"], "error": error}))
+    forbidden = {"message": "no", "code": "runner_profile_forbidden"}
+    assert_machine_ok(machine.post("result", {"id": commands[1]["id"], "error": forbidden}))
+    first = outcome(node.server, relayed)
+    assert isinstance(first, TalariaError)
+    assert (first.code, first.status, first.message) == ("hermes_unavailable", 502, "m" * 1000)
+    second = outcome(node.server, own_status)
+    assert isinstance(second, TalariaError)
+    assert (second.code, second.status) == ("runner_profile_forbidden", 403)
+
+
+def test_admit_refuses_an_expired_or_unknown_command(node: Node) -> None:
+    machine = connected(node)
+    send(node.server, node.id)
+    [command] = assert_machine_ok(machine.poll())["commands"]
+    assert assert_machine_ok(machine.post("admit", {"id": str(uuid.uuid4())})) == {"allowed": False}
+    node.clock.advance(29.999)
+    assert assert_machine_ok(machine.post("admit", {"id": command["id"]})) == {"allowed": True}
+    node.clock.advance(0.001)
+    assert assert_machine_ok(machine.post("admit", {"id": command["id"]})) == {"allowed": False}
+
+
+def test_admit_rechecks_the_validity_of_the_account_that_caused_the_command(node: Node) -> None:
+    """Section 8: enabled account, unchanged auth_version, profile in the account's and the runner's lists."""
+    profiles = {"local": ["default", "research"]}
+    body = {"username": "uma", "password": PASSWORD, "role": "user", "allowedProfiles": profiles}
+    assert node.admin.post("/api/admin/accounts", json=body).status_code == 201
+    uma = node.server.hub.accounts.get("uma")
+    assert uma is not None
+    account = AccountRef(uma.username, uma.tenant, uma.auth_version)
+    channels = node.server.hub.channels
+    machine = connected(node)
+    research = channels.http(node.id, account, "/api/config", search="?profile=research", profile="research")
+    not_admitted = outcome(node.server, spawn(node.server, research))
+    assert isinstance(not_admitted, TalariaError)
+    assert (not_admitted.code, not_admitted.status) == ("runner_command_not_admitted", 403), "not in the runner's list"
+    task = spawn(
+        node.server, channels.http(node.id, account, "/api/config", search="?profile=default", profile="default")
+    )
+    [command] = assert_machine_ok(machine.poll())["commands"]
+    assert assert_machine_ok(machine.post("admit", {"id": command["id"]})) == {"allowed": True}
+    response = node.admin.patch("/api/admin/accounts/uma", json={"canManageTeam": True})
+    assert response.status_code == 200, response.text
+    assert assert_machine_ok(machine.post("admit", {"id": command["id"]})) == {"allowed": False}, "auth_version"
+    assert_machine_ok(machine.post("result", {"id": command["id"], "error": {"message": "no", "code": "x_y"}}))
+    refused = outcome(node.server, task)
+    assert isinstance(refused, TalariaError)
+    assert (refused.code, refused.status) == ("x_y", 502), "any other runner code is relayed as 502"
+
+
+# --- outcomes of hub operations (6.1) ---------------------------------------------------------------------------
+
+
+def test_a_command_fails_at_its_deadline_offline_if_never_delivered_uncertain_if_delivered(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 30 s deadline runs on a real-time timer; this test shortens it to 1 s (expiresAt follows)."""
+    monkeypatch.setattr(limits, "COMMAND_DEADLINE_S", 1)
+    machine = connected(node)
+    delivered = send(node.server, node.id)
+    [command] = assert_machine_ok(machine.poll())["commands"]
+    assert command["expiresAt"] == node.clock.now_ms() + 1000
+    undelivered = send(node.server, node.id)
+    late = outcome(node.server, delivered, timeout=5)
+    never = outcome(node.server, undelivered, timeout=5)
+    assert isinstance(late, TalariaError)
+    assert (late.code, late.status) == ("runner_command_uncertain", 504)
+    assert isinstance(never, TalariaError)
+    assert (never.code, never.status) == ("runner_offline", 503)
+    assert assert_machine_ok(machine.post("result", {"id": command["id"], "result": 1})) == {"ok": True}
+    assert pending_wire(node.server, node.id) == []
+
+
+def test_a_disconnect_fails_pending_commands_by_whether_they_were_delivered(node: Node) -> None:
+    machine = connected(node)
+    delivered = send(node.server, node.id)
+    assert len(assert_machine_ok(machine.poll())["commands"]) == 1
+    undelivered = send(node.server, node.id)
+    assert_machine_ok(machine.post("goodbye", {}))
+    codes = [(e.code, e.status) for e in (outcome(node.server, delivered), outcome(node.server, undelivered))]
+    assert codes == [("runner_command_uncertain", 504), ("runner_offline", 503)]
+
+
+def test_enqueue_refusals_come_in_order(node: Node) -> None:
+    refused = send_now(node.server, node.id)
+    assert isinstance(refused, TalariaError)
+    assert (refused.code, refused.status) == ("runner_offline", 503)
+    node.server.hub.registry.disable(node.id)
+    refused = send_now(node.server, node.id)
+    assert isinstance(refused, TalariaError)
+    assert (refused.code, refused.status) == ("runner_command_not_admitted", 403), "validity before offline"
+
+
+def test_the_64th_pending_command_is_accepted_and_the_65th_is_429_runner_busy(node: Node) -> None:
+    machine = connected(node)
+    tasks = [send(node.server, node.id, dict(OFF_LIST, search=f"?n={i}")) for i in range(64)]
+    assert all(not isinstance(t, TalariaError) for t in tasks)
+    assert len(pending_wire(node.server, node.id)) == 64
+    refused = send_now(node.server, node.id)
+    assert isinstance(refused, TalariaError)
+    assert (refused.code, refused.status) == ("runner_busy", 429)
+    commands = assert_machine_ok(machine.poll())["commands"]
+    assert [c["payload"]["search"] for c in commands] == [f"?n={i}" for i in range(64)]
+    assert_machine_ok(machine.post("result", {"id": commands[0]["id"], "result": "first"}))
+    assert outcome(node.server, tasks[0]) == "first"
+    extra = send_now(node.server, node.id)
+    assert not isinstance(extra, TalariaError), "63 pending: room again"
+    assert_machine_ok(machine.post("goodbye", {}))
+    codes = {outcome(node.server, t).code for t in tasks[1:]}
+    assert codes == {"runner_command_uncertain"}
+    assert outcome(node.server, extra).code == "runner_offline"
+
+
+def test_command_size_and_pending_bytes_limits(node: Node) -> None:
+    connected(node)
+    big = send_now(node.server, node.id, dict(OFF_LIST, search="?" + "x" * (36 * MIB)))
+    assert isinstance(big, TalariaError)
+    assert (big.code, big.status) == ("runner_payload_limit", 413)
+    first = send_now(node.server, node.id, dict(OFF_LIST, search="?" + "a" * (33 * MIB)))
+    assert not isinstance(first, TalariaError), "a 33 MiB command fits"
+    second = send_now(node.server, node.id, dict(OFF_LIST, search="?" + "b" * (33 * MIB)))
+    assert isinstance(second, TalariaError)
+    assert (second.code, second.status) == ("runner_busy", 429), "64 MiB pending in total"
+    small = send_now(node.server, node.id)
+    assert not isinstance(small, TalariaError)
+
+
+# --- liveness (6.3) --------------------------------------------------------------------------------------------
+
+
+def test_the_watchdog_disconnects_a_state_unseen_for_more_than_35_s(node: Node) -> None:
+    machine = connected(node)
+    task = send(node.server, node.id)
+    assert len(assert_machine_ok(machine.poll())["commands"]) == 1
+    node.clock.advance(35)
+    tick(node.server)
+    summary = node.summary()
+    assert (summary["online"], summary["connectedAt"] is not None) == (True, True), "35 s is not more than 35 s"
+    node.clock.advance(0.001)
+    assert node.summary()["online"] is False, "online means seen within the last 35 s"
+    tick(node.server)
+    summary = node.summary()
+    assert (summary["online"], summary["connectedAt"]) == (False, None)
+    error = outcome(node.server, task)
+    assert isinstance(error, TalariaError)
+    assert error.code == "runner_command_uncertain"
+    assert_machine_error(machine.post("admit", {"id": "x"}), 409, "runner_instance_changed")
+    old_epoch = machine.epoch
+    started = time.monotonic()
+    assert assert_machine_ok(machine.poll())["commands"] == []
+    assert time.monotonic() - started < 2, "a new state: answered at once"
+    assert machine.epoch != old_epoch
+
+
+def test_a_request_keeps_the_state_alive(node: Node) -> None:
+    machine = connected(node)
+    node.clock.advance(30)
+    assert_machine_ok(machine.post("admit", {"id": "x"}))
+    node.clock.advance(30)
+    tick(node.server)
+    assert node.summary()["online"] is True
+
+
+# --- metrics -------------------------------------------------------------------------------------------------
+
+
+def test_metrics_expose_runner_gauges_counters_and_round_trips(node: Node) -> None:
+    text = metrics_text(node.server)
+    assert metric_value(text, "talaria_runners_online") == 0
+    assert metric_value(text, "talaria_runner_commands_pending") == 0
+    machine = connected(node)
+    task = send(node.server, node.id)
+    text = metrics_text(node.server)
+    assert metric_value(text, "talaria_runners_online") == 1
+    assert metric_value(text, "talaria_runner_commands_pending") == 1
+    [command] = assert_machine_ok(machine.poll())["commands"]
+    assert_machine_ok(machine.post("result", {"id": command["id"], "result": "ok"}))
+    assert outcome(node.server, task) == "ok"
+    lost = send(node.server, node.id)
+    assert_machine_ok(machine.post("goodbye", {}))
+    assert isinstance(outcome(node.server, lost), TalariaError)
+    text = metrics_text(node.server)
+    assert metric_value(text, "talaria_runners_online") == 0
+    assert metric_value(text, "talaria_runner_commands_pending") == 0
+    assert metric_value(text, "talaria_runner_command_seconds_count") == 1
+    assert metric_value(text, 'talaria_runner_commands_total{outcome="ok"}') == 1
+    assert metric_value(text, 'talaria_runner_commands_total{outcome="runner_offline"}') == 1

@@ -18,6 +18,8 @@ from talaria.hermes.rest import HermesRest
 from talaria.runner.config import RunnerConfig
 from talaria.runner.errors import CommandError
 from talaria.runner.executor import Executor
+from talaria.runner.gateway import Gateways
+from talaria.runner.grants import Grants
 from talaria.runner.http_kind import run_http
 from talaria.runner.hub_client import HubClient, HubError, Identity
 from talaria.runner.receipts import Receipts
@@ -58,11 +60,40 @@ class Agent:
         self.connected = False
         self.disconnects = 0
         self.features = ["team-tools-v1"] + (["export-v1"] if config.artifact_roots else [])
+        self.gateways = Gateways(
+            hub=self.hub,
+            receipts=receipts,
+            allowed_profiles=config.allowed_profiles,
+            hermes_url=config.hermes_url,
+            rest=self.rest,
+            disconnects=lambda: self.disconnects,
+            on_hub_failure=self._hub_error,
+        )
+        self.grants = Grants(
+            config,
+            self.hub,
+            self.rest,
+            clock,
+            self.gateways,
+            lambda: self.server_epoch if self.connected else None,
+            stored_of=self.gateways.stored_of,
+            record_session=receipts.record_session,
+            on_hub_error=self._hub_error,
+        )
+        self.gateways.on_session_closed.append(self.grants.session_closed)
+        # (epoch, disconnect counter) at each command's arrival, while it executes (gateway.open needs them, 10.1)
+        self._arrivals: dict[str, tuple[str, int]] = {}
         self.executor = Executor(
             self.hub,
             receipts,
             clock,
-            handlers={"http": self._http},
+            handlers={
+                "http": self._http,
+                "gateway.open": self._gateway_open,
+                "gateway.rpc": self._gateway_rpc,
+                "gateway.close": self._gateway_close,
+                **self.grants.handlers(),
+            },
             epoch_is_current=lambda epoch: self.connected and epoch == self.server_epoch,
             on_hub_error=self._hub_error,
         )
@@ -110,10 +141,24 @@ class Agent:
                     self.connected_event.set()
                     self.say("runner connected")
                 for command in answer["commands"]:
-                    self.executor.submit(command, answer["epoch"])
+                    self._submit(command, answer["epoch"])
         finally:
             await self._shutdown()
         return self.exit_code
+
+    def _submit(self, command: Any, epoch: str) -> None:
+        """Hand a command to the executor, noting the epoch and disconnect counter of its arrival."""
+        command_id = command.get("id") if isinstance(command, dict) else None
+        if not isinstance(command_id, str) or command_id in self.executor.running:
+            self.executor.submit(command, epoch)  # malformed, or joined to the execution already running
+            return
+        self._arrivals[command_id] = (epoch, self.disconnects)
+        self.executor.submit(command, epoch)
+        task = self.executor.running.get(command_id)
+        if task is None:
+            self._arrivals.pop(command_id, None)
+        else:
+            task.add_done_callback(lambda _: self._arrivals.pop(command_id, None))
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -142,10 +187,15 @@ class Agent:
             await self._rest.close()
 
     async def local_disconnect(self) -> None:
-        """Section 5.2: bump the counter, drop ``connected``; channels and grants close (with them)."""
+        """Section 5.2: bump the counter and drop ``connected``; then every gateway channel interrupts its running
+        sessions (3 s in total) and closes without posting further events, and every grant is disposed."""
         self.disconnects += 1
         self.connected = False
         self.connected_event.clear()
+        results = await asyncio.gather(self.gateways.close_all(), self.grants.dispose_all(), return_exceptions=True)
+        for result in results:
+            if isinstance(result, Exception):
+                self.say(f"runner: local disconnect failed: {type(result).__name__}")
 
     async def _hub_error(self, exc: HubError) -> None:
         if self.connected:
@@ -177,3 +227,13 @@ class Agent:
             )
         except HermesUnavailable as exc:
             raise CommandError("hermes_unavailable", str(exc)) from exc
+
+    async def _gateway_open(self, command: dict[str, Any]) -> Any:
+        epoch, counter = self._arrivals.get(command["id"], (self.server_epoch or "", self.disconnects))
+        return await self.gateways.open(command["payload"], epoch=epoch, counter=counter)
+
+    async def _gateway_rpc(self, command: dict[str, Any]) -> Any:
+        return await self.gateways.rpc(command["payload"])
+
+    async def _gateway_close(self, command: dict[str, Any]) -> Any:
+        return await self.gateways.close(command["payload"])

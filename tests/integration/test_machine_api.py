@@ -22,7 +22,7 @@ from talaria.errors import TalariaError
 from talaria.hub.runners import limits
 from talaria.hub.runners.state import AccountRef
 from talaria.testing.hub_server import HubServer
-from tests.conftest import PASSWORD
+from tests.conftest import PASSWORD, add_account, login
 from tests.integration.runner_support import (
     MACHINE,
     OFF_LIST,
@@ -172,6 +172,21 @@ def test_an_origin_header_is_403_runner_unauthorized_even_with_the_right_bearer(
     machine.connect()
     response = machine.post("admit", {"id": "x"}, headers={"Origin": "null"})
     assert_machine_error(response, 403, "runner_unauthorized")
+
+
+def test_a_browser_session_cookie_alone_is_refused(node: Node) -> None:
+    """A signed-in browser (cookie, CSRF token, Origin-less) is no runner: the bearer is the only credential."""
+    add_account(node.server, "admin", "admin")
+    browser = login(node.server, "admin")
+    try:
+        machine = node.machine()
+        cookie = f"talaria_session={browser.cookies['talaria_session']}"
+        extra = {"Authorization": None, "X-CSRF-Token": browser.headers["X-CSRF-Token"], "Cookie": cookie}
+        response = machine.client.get("/poll", headers=machine.headers(extra))
+        assert_machine_error(response, 403, "runner_unauthorized")
+        assert node.summary()["connectedAt"] is None, "no state was created"
+    finally:
+        browser.close()
 
 
 def test_a_wrong_or_missing_bearer_is_403_runner_unauthorized(node: Node) -> None:

@@ -348,3 +348,47 @@ def test_store_unavailable_is_503_with_retry_after() -> None:
     assert (error.code, error.status) == ("store_unavailable", 503)
     assert error.headers == {"Retry-After": "1"}
     assert isinstance(error, TalariaError)
+
+
+# --- the runner stays light (DESIGN.md 6) --------------------------------------------------------------------------
+
+RUNNER_PACKAGES = ("runner", "hermes")
+RUNNER_THIRD_PARTY = frozenset({"httpx", "websockets"})
+RUNNER_TALARIA = ("talaria.clock", "talaria.canonical", "talaria.runner", "talaria.hermes")
+
+
+def test_the_runner_imports_only_the_standard_library_httpx_websockets_and_its_own_modules() -> None:
+    import ast
+    import sys
+
+    src = Path(__file__).resolve().parents[2] / "src" / "talaria"
+    for package in RUNNER_PACKAGES:
+        for path in sorted((src / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names: list[str] = []
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    names = [node.module or ""]
+                for name in names:
+                    top = name.split(".")[0]
+                    ok = top in sys.stdlib_module_names or top in RUNNER_THIRD_PARTY or name == "talaria"
+                    ok = ok or any(name == m or name.startswith(m + ".") for m in RUNNER_TALARIA)
+                    assert ok, f"{path.relative_to(src)} imports {name}"
+
+
+def test_loading_the_whole_runner_pulls_in_no_hub_module_pydantic_or_fastapi() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pkgutil, importlib, talaria.runner, talaria.hermes\n"
+        "for pkg in (talaria.runner, talaria.hermes):\n"
+        "    for info in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + '.'):\n"
+        "        importlib.import_module(info.name)\n"
+        "heavy = ('pydantic', 'fastapi', 'starlette', 'uvicorn', 'structlog', 'argon2', 'prometheus_client')\n"
+        "hub = ('talaria.hub', 'talaria.store', 'talaria.lifecycle', 'talaria.accounts', 'talaria.settings')\n"
+        "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith(hub))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == ""

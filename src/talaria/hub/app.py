@@ -91,10 +91,11 @@ def create_app(
     )
     errors.install(app)
     routers = (api_auth.router, api_accounts.router, api_tasks.router, api_jobs.router, ops.router)
-    for router in (*routers, runner_admin.router, api_sources.router, machine_api.router):
+    for router in (*routers, runner_admin.router, api_sources.router):
         app.include_router(router)
     if settings.runtime_api_enabled:
         app.include_router(runtime_routes.router)
+    app.add_middleware(machine_api.MachineDoor)
     app.add_middleware(errors.InternalErrorGuard)
     app.add_middleware(BodyLimit)
     app.add_middleware(AccessLog)

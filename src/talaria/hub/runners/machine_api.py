@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import APIRouter, Request
+from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from talaria.canonical import canonical_json
 from talaria.errors import TalariaError
+from talaria.hub.errors import error_response
 from talaria.hub.runners import limits
 from talaria.hub.state import Hub
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-router = APIRouter(prefix="/api/runner/v1", include_in_schema=False)
 
 
 def _answer(value: Any) -> Response:
@@ -147,14 +147,33 @@ async def _handle(request: Request, runner_id: str, op: str) -> Response:
     return _answer({"ok": True})
 
 
-def _route(op: str) -> Callable[[Request, str], Awaitable[Response]]:
-    async def handler(request: Request, runner_id: str) -> Response:
-        return await _handle(request, runner_id, op)
-
-    handler.__name__ = f"runner_{op}"
-    return handler
+_METHOD = {"poll": "GET", "admit": "POST", "result": "POST", "event": "POST", "tool": "POST", "goodbye": "POST"}
+PREFIX = "/api/runner/v1/"
 
 
-router.add_api_route("/{runner_id}/poll", _route("poll"), methods=["GET"])
-for _op in ("admit", "result", "event", "tool", "goodbye"):
-    router.add_api_route("/{runner_id}/" + _op, _route(_op), methods=["POST"])
+class MachineDoor:
+    """A pure ASGI door for ``/api/runner/v1/{runnerId}/{op}`` in front of the FastAPI router.
+
+    The machine API is the hot path of every runner command; FastAPI's router, which tries every web
+    route first, cost more than the work itself. Route matching here is a split and a dict lookup;
+    unknown paths and methods answer the same canonical 404/405 as the rest of the hub.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(PREFIX):
+            await self.app(scope, receive, send)
+            return
+        parts = scope["path"][len(PREFIX) :].split("/")
+        request = Request(scope, receive)
+        try:
+            if len(parts) != 2 or parts[1] not in _METHOD or not parts[0]:
+                raise TalariaError("not_found", "not found")
+            if scope["method"] != _METHOD[parts[1]]:
+                raise TalariaError("method_not_allowed", "method not allowed", headers={"Allow": _METHOD[parts[1]]})
+            response = await _handle(request, parts[0], parts[1])
+        except TalariaError as exc:
+            response = error_response(exc)
+        await response(scope, receive, send)

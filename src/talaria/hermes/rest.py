@@ -48,10 +48,20 @@ class HermesRest:
         await self.http.aclose()
 
     async def get(self, target: str, *, max_bytes: int) -> RestReply:
+        return await self.request("GET", target, max_bytes=max_bytes)
+
+    async def request(
+        self, method: str, target: str, *, max_bytes: int, body: bytes | None = None, timeout: float | None = None
+    ) -> RestReply:
+        """One request with the session token; a 401 re-authenticates once. Raises ``HermesUnavailable``
+        (unreachable, or the token refused twice) and ``ReplyTooLarge``."""
         for attempt in range(2):
-            token = await self.auth.token()
+            headers = {"X-Hermes-Session-Token": await self.auth.token()}
+            if body is not None:
+                headers["Content-Type"] = "application/json"
+            limit: float | httpx.Timeout = self.http.timeout if timeout is None else timeout
             try:
-                async with self.http.stream("GET", target, headers={"X-Hermes-Session-Token": token}) as response:
+                async with self.http.stream(method, target, headers=headers, content=body, timeout=limit) as response:
                     if response.status_code == 401 and attempt == 0:
                         self.auth.invalidate()
                         continue

@@ -12,8 +12,6 @@ import json
 from typing import Any, Final
 from urllib.parse import urlencode
 
-import httpx
-
 from talaria.hermes.auth import HermesUnavailable
 from talaria.hermes.rest import HermesRest, ReplyTooLarge
 from talaria.runner.errors import CommandError
@@ -39,30 +37,14 @@ async def post_json(
 
     Raises HermesUnavailable (unreachable, or the token refused twice) and ReplyTooLarge.
     """
-    content = json.dumps(body).encode("utf-8")
-    for attempt in range(2):
-        token = await rest.auth.token()
-        headers = {"X-Hermes-Session-Token": token, "Content-Type": "application/json"}
-        try:
-            async with rest.http.stream("POST", path, content=content, headers=headers, timeout=timeout) as response:
-                if response.status_code == 401 and attempt == 0:
-                    rest.auth.invalidate()
-                    continue
-                chunks, size = [], 0
-                async for chunk in response.aiter_bytes():
-                    size += len(chunk)
-                    if size > MAX_REPLY_BYTES:
-                        raise ReplyTooLarge(path)
-                    chunks.append(chunk)
-                status = response.status_code
-        except httpx.HTTPError as exc:
-            raise HermesUnavailable(f"Hermes is not reachable ({type(exc).__name__})") from exc
-        try:
-            parsed = json.loads(b"".join(chunks))
-        except ValueError:
-            parsed = None
-        return status, parsed if isinstance(parsed, dict) else None
-    raise HermesUnavailable("Hermes refused the session token twice")
+    reply = await rest.request(
+        "POST", path, max_bytes=MAX_REPLY_BYTES, body=json.dumps(body).encode("utf-8"), timeout=timeout
+    )
+    try:
+        parsed = json.loads(reply.body)
+    except ValueError:
+        parsed = None
+    return reply.status, parsed if isinstance(parsed, dict) else None
 
 
 async def check_capabilities(rest: HermesRest, profile: str) -> None:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 
 import httpx
 
 from talaria.clock import Clock
 from talaria.hermes.auth import HermesAuth, HermesUnavailable
+from talaria.runner.wire import LeanTransport
 
-_NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # small requests must not wait for delayed ACKs
+# Hermes answers the runner reads whole (REST replies are capped at 8 MiB by the callers; a file export
+# is capped the same way): the transport refuses anything larger outright.
+MAX_HERMES_BODY_BYTES = 16 * 1024 * 1024
 
 
 class ReplyTooLarge(Exception):
@@ -40,7 +42,7 @@ class HermesRest:
             timeout=30.0,
             follow_redirects=False,
             trust_env=False,
-            transport=transport or httpx.AsyncHTTPTransport(socket_options=[_NODELAY]),
+            transport=transport or LeanTransport(max_body=MAX_HERMES_BODY_BYTES),
         )
         self.auth = HermesAuth(self.http, hermes_url=hermes_url, token_file=token_file, clock=clock)
 

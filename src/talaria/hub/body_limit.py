@@ -18,10 +18,10 @@ from talaria.limits import MAX_BODY_BYTES
 DRAIN_LIMIT = 8 * MAX_BODY_BYTES
 
 
-async def drain(receive: Receive, already: int = 0) -> None:
-    """Read and discard the rest of a request body, up to ``DRAIN_LIMIT`` bytes in all."""
+async def drain(receive: Receive, already: int = 0, limit: int = DRAIN_LIMIT) -> None:
+    """Read and discard the rest of a request body, up to ``limit`` bytes in all."""
     seen = already
-    while seen <= DRAIN_LIMIT:
+    while seen <= limit:
         message = await receive()
         if message["type"] != "http.request":
             return

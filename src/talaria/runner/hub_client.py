@@ -7,12 +7,13 @@ hosts are reached directly (proxy variables ignored, ``localhost`` as ``127.0.0.
 from __future__ import annotations
 
 import json
-import socket
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+
+from talaria.runner.wire import LeanTransport
 
 REQUEST_TIMEOUT_S = 25.0
 MAX_RESPONSE_BYTES = 40 * 1024 * 1024
@@ -52,12 +53,8 @@ def _direct_url(server_url: str) -> tuple[str, bool]:
     return server_url, loopback
 
 
-# Nagle off: httpx writes a request's head and body apart, and the body would wait for a delayed ACK.
-NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
-def nodelay_transport() -> httpx.AsyncHTTPTransport:
-    return httpx.AsyncHTTPTransport(socket_options=[NODELAY])
+def lean_transport() -> LeanTransport:
+    return LeanTransport(max_body=MAX_RESPONSE_BYTES)
 
 
 class HubClient:
@@ -71,7 +68,7 @@ class HubClient:
             timeout=REQUEST_TIMEOUT_S,
             follow_redirects=False,
             trust_env=not loopback,
-            transport=transport or nodelay_transport(),
+            transport=transport or lean_transport(),
         )
 
     async def close(self) -> None:

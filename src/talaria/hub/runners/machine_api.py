@@ -13,10 +13,11 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from talaria.canonical import canonical_json
 from talaria.errors import TalariaError
+from talaria.hub.body_limit import drain
 from talaria.hub.errors import error_response
 from talaria.hub.runners import limits
 from talaria.hub.state import Hub
@@ -167,7 +168,15 @@ class MachineDoor:
             await self.app(scope, receive, send)
             return
         parts = scope["path"][len(PREFIX) :].split("/")
-        request = Request(scope, receive)
+        body_done = False
+
+        async def tracked() -> Message:
+            nonlocal body_done
+            message = await receive()
+            body_done = body_done or message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+
+        request = Request(scope, tracked)
         try:
             if len(parts) != 2 or parts[1] not in _METHOD or not parts[0]:
                 raise TalariaError("not_found", "not found")
@@ -175,5 +184,7 @@ class MachineDoor:
                 raise TalariaError("method_not_allowed", "method not allowed", headers={"Allow": _METHOD[parts[1]]})
             response = await _handle(request, parts[0], parts[1])
         except TalariaError as exc:
+            if not body_done:  # refused before reading: take the body, or the client may see a reset, not the answer
+                await drain(tracked, limit=2 * limits.MAX_POST_BYTES)
             response = error_response(exc)
         await response(scope, receive, send)

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from talaria.hub.views import dispatch_json
 from talaria.lifecycle.actor import Actor
 from talaria.testing.hub_server import HubServer
 from talaria.testing.runtime_client import RuntimeClient
@@ -31,17 +32,7 @@ def dispatched_job(server: HubServer, **kwargs: Any) -> tuple[str, dict[str, str
     """A QUEUED job; returns its id and the binding without principal."""
     task_id = new_task(server, **kwargs)
     _, dispatch, job = server.hub.engine.approve_and_dispatch(APPROVER, tenant="default", task_id=task_id)
-    binding = {
-        "tenant": dispatch["tenant"],
-        "task": dispatch["task_id"],
-        "trace": dispatch["trace"],
-        "provenance": dispatch["provenance"],
-        "run": dispatch["run_id"],
-        "dispatch": dispatch["id"],
-        "job": dispatch["job_id"],
-        "cell": dispatch["cell"],
-        "profile": dispatch["profile"],
-    }
+    binding = dispatch_json(dispatch)["binding"]  # the nine fields the web API shows, without principal
     return str(job["id"]), binding
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from talaria.errors import StoreUnavailable, TalariaError
+from talaria.lifecycle.journal import JOB_COLUMNS
 from talaria.store import migrations
 from talaria.store.sqlite import SQLiteStore
 
@@ -104,32 +105,6 @@ def get_job(store: Any, job_id: str) -> dict[str, Any]:
         row = tx.one("job_get", tenant=TENANT, id=job_id)
     assert row is not None
     return row
-
-
-JOB_COLUMNS = (
-    "state",
-    "revision",
-    "attempt",
-    "started_at",
-    "progress",
-    "cancel_requested",
-    "cancel_requested_at",
-    "cancel_requested_by",
-    "finished_at",
-    "terminal_kind",
-    "terminal_reason",
-    "terminal_lease_id",
-    "terminal_epoch",
-    "result_digest",
-    "terminal_response",
-    "lease_id",
-    "lease_epoch",
-    "lease_owner_principal",
-    "lease_owner_instance",
-    "lease_acquired_at",
-    "lease_expires_at",
-    "last_heartbeat_at",
-)
 
 
 def job_update_params(row: dict[str, Any], *, expected_revision: int | None = None, **changes: Any) -> dict[str, Any]:

@@ -32,7 +32,9 @@ from talaria.hub.runners.state import AccountRef, Gateway
 from talaria.runner import gateway as gateway_module
 from talaria.runner.agent import Agent
 from talaria.runner.config import RunnerConfig, parse_config
+from talaria.runner.hub_client import Wire, hub_wire
 from talaria.runner.receipts import Receipts
+from talaria.runner.wire import WireReply
 from talaria.testing.hermes_fixture import HermesFixture
 from talaria.testing.hub_server import HubServer
 from tests.conftest import add_account
@@ -51,28 +53,29 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = 
         time.sleep(0.01)
 
 
-class HubTap(httpx.AsyncBaseTransport):
-    """The runner's transport to the hub: the real one, recording POST bodies, able to hold ``admit``."""
+class HubTap:
+    """The runner's wire to the hub: the real one, recording POST bodies, able to hold ``admit``."""
 
-    def __init__(self) -> None:
-        self.inner = httpx.AsyncHTTPTransport()
+    def __init__(self, inner: Wire) -> None:
+        self.inner = inner
         self.lock = threading.Lock()
         self.posts: list[tuple[str, dict[str, Any]]] = []
         self.hold_admit = threading.Event()
         self.admit_held = threading.Event()
         self.release_admit = threading.Event()
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        op = request.url.path.rsplit("/", 1)[-1]
-        if request.method == "POST":
-            body = json.loads(await request.aread())
+    async def request(
+        self, method: str, target: str, *, headers: dict[str, str] | None = None, body: bytes | None = None
+    ) -> WireReply:
+        op = target.rsplit("/", 1)[-1]
+        if method == "POST":
             with self.lock:
-                self.posts.append((op, body))
+                self.posts.append((op, json.loads(body or b"null")))
         if op == "admit" and self.hold_admit.is_set():
             self.admit_held.set()
             while not self.release_admit.is_set():
                 await asyncio.sleep(0.01)
-        return await self.inner.handle_async_request(request)
+        return await self.inner.request(method, target, headers=headers, body=body)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -102,7 +105,7 @@ class RunnerThread:
     def _run(self) -> None:
         async def main() -> int:
             self.loop = asyncio.get_running_loop()
-            self.agent = Agent(self.config, self.receipts, SystemClock(), out=self.out, hub_transport=self.tap)
+            self.agent = Agent(self.config, self.receipts, SystemClock(), out=self.out, hub_wire=self.tap)
             self._started.set()
             return await self.agent.run()
 
@@ -247,7 +250,7 @@ def env(tmp_path: Path, hermes: HermesFixture, monkeypatch: pytest.MonkeyPatch) 
         )
         registration = server.hub.registry.register("default", fields)
         config = parse_config(registration.config | {"allowedProfiles": RUNNER_PROFILES})
-        tap = HubTap()
+        tap = HubTap(hub_wire(config.server_url, config.runner_id))
         receipts = Receipts(tmp_path / "runner-commands.sqlite3", SystemClock())
         runner = RunnerThread(config, receipts, tap).start()
         wait_until(lambda: runner is not None and runner.a.connected, what="the runner to connect")

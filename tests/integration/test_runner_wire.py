@@ -1,4 +1,4 @@
-"""The runner's lean HTTP/1.1 transport against a real uvicorn server on 127.0.0.1."""
+"""The runner's lean HTTP/1.1 client against a real uvicorn server on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 import uvicorn
 
-from talaria.runner.wire import LeanTransport
+from talaria.runner.wire import WireClient, WireError
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -25,6 +24,12 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if not message.get("more_body"):
             break
     path = scope["path"]
+    if path.endswith("/headers"):
+        seen = {k.decode(): v.decode() for k, v in scope["headers"]}
+        payload = f"{scope['method']} {scope['raw_path'].decode()}?{scope['query_string'].decode()} {seen}".encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"x-twice", b"a"), (b"x-twice", b"b")]})
+        await send({"type": "http.response.body", "body": payload})
+        return
     if path == "/chunked":
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
         for piece in (b"one-", b"two-", b"three"):
@@ -69,45 +74,98 @@ def run(coro: Any) -> Any:
 
 def test_requests_reuse_one_keep_alive_connection(server: str) -> None:
     async def go() -> list[str]:
-        transport = LeanTransport(max_body=1024)
-        async with httpx.AsyncClient(base_url=server, transport=transport) as client:
-            texts = [(await client.post("/echo", content=f"n{i}".encode())).text for i in range(5)]
-            idle = sum(len(v) for v in transport._idle.values())
-        assert idle == 1
+        client = WireClient(server, max_body=1024, timeout=5)
+        texts = [(await client.request("POST", "/echo", body=f"n{i}".encode())).text for i in range(5)]
+        assert len(client._idle) == 1
+        await client.aclose()
         return texts
 
     assert run(go()) == [f"echo:n{i}" for i in range(5)]
 
 
+def test_the_request_carries_host_prefix_query_and_headers(server: str) -> None:
+    async def go() -> tuple[int, str, dict[str, str]]:
+        client = WireClient(server + "/base/", max_body=4096, timeout=5)
+        reply = await client.request("GET", "/headers?a=1&b=2", headers={"X-Thing": "v"})
+        await client.aclose()
+        return reply.status, reply.text, reply.headers
+
+    status, text, headers = run(go())
+    port = server.rsplit(":", 1)[1]
+    assert status == 200
+    assert text.startswith("GET /base/headers?a=1&b=2 ")
+    assert f"'host': '127.0.0.1:{port}'" in text and "'x-thing': 'v'" in text
+    assert "'accept-encoding': 'identity'" in text
+    assert headers["x-twice"] == "a, b"
+
+
+def test_a_header_with_a_line_break_is_refused_before_anything_is_sent(server: str) -> None:
+    async def go() -> None:
+        client = WireClient(server, max_body=1024, timeout=5)
+        try:
+            await client.request("GET", "/echo", headers={"X-Bad": "a\r\nX-Injected: 1"})
+        finally:
+            assert client._idle == []
+            await client.aclose()
+
+    with pytest.raises(WireError, match="malformed header") as caught:
+        run(go())
+    assert caught.value.kind == "protocol"
+
+
 def test_a_connection_the_server_closed_while_idle_is_replaced_transparently(server: str) -> None:
     async def go() -> str:
-        async with httpx.AsyncClient(base_url=server, transport=LeanTransport(max_body=1024)) as client:
-            assert (await client.post("/echo", content=b"a")).status_code == 201
-            await asyncio.sleep(1.6)  # the server's keep-alive timeout (1 s) closes the idle connection
-            return (await client.post("/echo", content=b"b")).text
+        client = WireClient(server, max_body=1024, timeout=5)
+        assert (await client.request("POST", "/echo", body=b"a")).status == 201
+        await asyncio.sleep(1.6)  # the server's keep-alive timeout (1 s) closes the idle connection
+        text = (await client.request("POST", "/echo", body=b"b")).text
+        await client.aclose()
+        return text
 
     assert run(go()) == "echo:b"
 
 
 def test_chunked_answers_and_connection_close(server: str) -> None:
     async def go() -> tuple[str, str, str]:
-        transport = LeanTransport(max_body=1024)
-        async with httpx.AsyncClient(base_url=server, transport=transport) as client:
-            chunked = (await client.get("/chunked")).text
-            closed = (await client.get("/close")).text
-            after = (await client.post("/echo", content=b"z")).text
+        client = WireClient(server, max_body=1024, timeout=5)
+        chunked = (await client.request("GET", "/chunked")).text
+        closed = (await client.request("GET", "/close")).text
+        assert client._idle == []  # "Connection: close" is not kept
+        after = (await client.request("POST", "/echo", body=b"z")).text
+        await client.aclose()
         return chunked, closed, after
 
     assert run(go()) == ("one-two-three", "bye", "echo:z")
 
 
-def test_an_answer_over_the_limit_is_refused(server: str) -> None:
-    async def go() -> None:
-        async with httpx.AsyncClient(base_url=server, transport=LeanTransport(max_body=4999)) as client:
-            await client.get("/big")
+@pytest.mark.parametrize(("limit", "ok"), [(5000, True), (4999, False)])
+def test_an_answer_over_the_limit_is_refused_at_its_edge(server: str, limit: int, ok: bool) -> None:
+    async def go() -> int:
+        client = WireClient(server, max_body=limit, timeout=5)
+        try:
+            return len((await client.request("GET", "/big")).body)
+        finally:
+            await client.aclose()
 
-    with pytest.raises(httpx.ReadError, match="too large"):
+    if ok:
+        assert run(go()) == 5000
+    else:
+        with pytest.raises(WireError, match="larger than 4999") as caught:
+            run(go())
+        assert caught.value.kind == "too_large"
+
+
+def test_a_per_request_limit_overrides_the_client_limit(server: str) -> None:
+    async def go() -> None:
+        client = WireClient(server, max_body=10_000, timeout=5)
+        try:
+            await client.request("GET", "/chunked", max_body=5)
+        finally:
+            await client.aclose()
+
+    with pytest.raises(WireError) as caught:
         run(go())
+    assert caught.value.kind == "too_large"
 
 
 def test_nothing_listening_is_a_connect_error() -> None:
@@ -117,8 +175,25 @@ def test_nothing_listening_is_a_connect_error() -> None:
     probe.close()
 
     async def go() -> None:
-        async with httpx.AsyncClient(transport=LeanTransport(max_body=10)) as client:
-            await client.get(f"http://127.0.0.1:{port}/")
+        await WireClient(f"http://127.0.0.1:{port}", max_body=10, timeout=5).request("GET", "/")
 
-    with pytest.raises(httpx.ConnectError):
+    with pytest.raises(WireError) as caught:
         run(go())
+    assert caught.value.kind == "connect"
+
+
+def test_a_server_that_never_answers_times_out() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+
+    async def go() -> None:
+        await WireClient(f"http://127.0.0.1:{port}", max_body=10, timeout=0.3).request("GET", "/")
+
+    try:
+        with pytest.raises(WireError, match=r"no answer within 0\.3 s") as caught:
+            run(go())
+        assert caught.value.kind == "timeout"
+    finally:
+        listener.close()

@@ -16,9 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import httpx
-
 from talaria.clock import Clock
+from talaria.runner.wire import WireClient, WireError, WireReply
 
 REUSE_MS = 30_000
 _PAGE_TOKEN = re.compile(r'window\.__HERMES_SESSION_TOKEN__\s*=\s*"([^"]+)"')
@@ -31,7 +30,7 @@ class HermesUnavailable(Exception):
 class HermesAuth:
     def __init__(
         self,
-        http: httpx.AsyncClient,
+        http: WireClient,
         *,
         hermes_url: str,
         token_file: str | None,
@@ -54,15 +53,20 @@ class HermesAuth:
             if self._token is not None and now - self._validated_at < REUSE_MS:
                 return self._token
             status = await self._get("/api/status")
-            if status.status_code != 200:
-                raise HermesUnavailable(f"Hermes /api/status answered {status.status_code}")
-            info = status.json()
+            if status.status != 200:
+                raise HermesUnavailable(f"Hermes /api/status answered {status.status}")
+            try:
+                info = status.json()
+            except ValueError:
+                info = None
+            if not isinstance(info, dict):
+                raise HermesUnavailable("Hermes /api/status did not answer a JSON object")
             if info.get("auth_required") is not False or self._host not in ("127.0.0.1", "::1"):
                 raise HermesUnavailable("Hermes requires a password login, which this runner does not support yet")
             token = await self._find_token()
             check = await self._get("/api/profiles", headers={"X-Hermes-Session-Token": token})
-            if check.status_code != 200:
-                raise HermesUnavailable(f"Hermes refused the session token ({check.status_code})")
+            if check.status != 200:
+                raise HermesUnavailable(f"Hermes refused the session token ({check.status})")
             self._token, self._validated_at = token, now
             return token
 
@@ -81,7 +85,7 @@ class HermesAuth:
             if text:
                 return text
         page = await self._get("/")
-        match = _PAGE_TOKEN.search(page.text) if page.status_code == 200 else None
+        match = _PAGE_TOKEN.search(page.text) if page.status == 200 else None
         if match is None:
             raise HermesUnavailable(
                 "no Hermes session token: set HERMES_DASHBOARD_SESSION_TOKEN or hermesTokenFile "
@@ -89,8 +93,8 @@ class HermesAuth:
             )
         return match.group(1)
 
-    async def _get(self, path: str, headers: dict[str, str] | None = None) -> httpx.Response:
+    async def _get(self, path: str, headers: dict[str, str] | None = None) -> WireReply:
         try:
-            return await self._http.get(path, headers=headers)
-        except httpx.HTTPError as exc:
-            raise HermesUnavailable(f"Hermes is not reachable ({type(exc).__name__})") from exc
+            return await self._http.request("GET", path, headers=headers, max_body=1024 * 1024)
+        except WireError as exc:
+            raise HermesUnavailable(f"Hermes is not reachable ({exc})") from exc

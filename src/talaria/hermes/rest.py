@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import httpx
-
 from talaria.clock import Clock
 from talaria.hermes.auth import HermesAuth, HermesUnavailable
-from talaria.runner.wire import LeanTransport
+from talaria.runner.wire import WireClient, WireError
 
 # Hermes answers the runner reads whole (REST replies are capped at 8 MiB by the callers; a file export
 # is capped the same way): the transport refuses anything larger outright.
@@ -35,15 +33,9 @@ class HermesRest:
         *,
         token_file: str | None,
         clock: Clock,
-        transport: httpx.AsyncBaseTransport | None = None,
+        wire: WireClient | None = None,
     ) -> None:
-        self.http = httpx.AsyncClient(
-            base_url=hermes_url,
-            timeout=30.0,
-            follow_redirects=False,
-            trust_env=False,
-            transport=transport or LeanTransport(max_body=MAX_HERMES_BODY_BYTES),
-        )
+        self.http = wire or WireClient(hermes_url, max_body=MAX_HERMES_BODY_BYTES, timeout=30.0)
         self.auth = HermesAuth(self.http, hermes_url=hermes_url, token_file=token_file, clock=clock)
 
     async def close(self) -> None:
@@ -61,19 +53,16 @@ class HermesRest:
             headers = {"X-Hermes-Session-Token": await self.auth.token()}
             if body is not None:
                 headers["Content-Type"] = "application/json"
-            limit: float | httpx.Timeout = self.http.timeout if timeout is None else timeout
             try:
-                async with self.http.stream(method, target, headers=headers, content=body, timeout=limit) as response:
-                    if response.status_code == 401 and attempt == 0:
-                        self.auth.invalidate()
-                        continue
-                    chunks, size = [], 0
-                    async for chunk in response.aiter_bytes():
-                        size += len(chunk)
-                        if size > max_bytes:
-                            raise ReplyTooLarge(target)
-                        chunks.append(chunk)
-                    return RestReply(response.status_code, dict(response.headers), b"".join(chunks))
-            except httpx.HTTPError as exc:
-                raise HermesUnavailable(f"Hermes is not reachable ({type(exc).__name__})") from exc
+                reply = await self.http.request(
+                    method, target, headers=headers, body=body, timeout=timeout, max_body=max_bytes
+                )
+            except WireError as exc:
+                if exc.kind == "too_large":
+                    raise ReplyTooLarge(target) from exc
+                raise HermesUnavailable(f"Hermes is not reachable ({exc})") from exc
+            if reply.status == 401 and attempt == 0:
+                self.auth.invalidate()
+                continue
+            return RestReply(reply.status, reply.headers, reply.body)
         raise HermesUnavailable("Hermes refused the session token twice")

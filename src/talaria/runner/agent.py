@@ -21,7 +21,7 @@ from talaria.runner.executor import Executor
 from talaria.runner.gateway import Gateways
 from talaria.runner.grants import Grants
 from talaria.runner.http_kind import run_http
-from talaria.runner.hub_client import HubClient, HubError, Identity
+from talaria.runner.hub_client import HubClient, HubError, Identity, Wire
 from talaria.runner.receipts import Receipts
 
 GRACE_S = 10.0
@@ -43,18 +43,14 @@ class Agent:
         clock: Clock,
         *,
         out: TextIO = sys.stderr,
-        hub_transport: Any = None,
-        hermes_transport: Any = None,
+        hub_wire: Wire | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
         self.out = out
         self.instance = str(uuid.uuid4())
-        self.hub = HubClient(
-            config.server_url, Identity(config.runner_id, config.token, self.instance), transport=hub_transport
-        )
+        self.hub = HubClient(config.server_url, Identity(config.runner_id, config.token, self.instance), wire=hub_wire)
         self.receipts = receipts
-        self._hermes_transport = hermes_transport
         self._rest: HermesRest | None = None  # made on first use: no Hermes request before the first poll
         self.server_epoch: str | None = None
         self.connected = False
@@ -210,7 +206,6 @@ class Agent:
                 self.config.hermes_url,
                 token_file=self.config.hermes_token_file,
                 clock=self.clock,
-                transport=self._hermes_transport,
             )
         return self._rest
 

@@ -1,19 +1,22 @@
-"""The runner's HTTP client to the hub's machine API (runner-protocol.md 4). Standard library + httpx.
+"""The runner's HTTP client to the hub's machine API (runner-protocol.md 4).
 
 No redirects, 25 s per request, responses over 40 MiB refused, no Origin, no cookies; loopback hub
-hosts are reached directly (proxy variables ignored, ``localhost`` as ``127.0.0.1``).
+hosts are reached directly (proxy variables ignored, ``localhost`` as ``127.0.0.1``). Requests go
+through the lean ``WireClient``; only a non-loopback hub behind a proxy from the environment
+(``HTTPS_PROXY`` and friends, ``NO_PROXY`` honoured) goes through httpx, which speaks to proxies.
 """
 
 from __future__ import annotations
 
 import json
+import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from talaria.runner.wire import LeanTransport
+from talaria.runner.wire import WireClient, WireError, WireReply
 
 REQUEST_TIMEOUT_S = 25.0
 MAX_RESPONSE_BYTES = 40 * 1024 * 1024
@@ -43,36 +46,74 @@ class Identity:
     instance: str
 
 
-def _direct_url(server_url: str) -> tuple[str, bool]:
+def _direct_url(server_url: str) -> str:
+    """``localhost`` as ``127.0.0.1``; the path prefix is kept, query and fragment dropped."""
+    parts = urlsplit(server_url)
+    netloc = parts.netloc
+    if parts.hostname == "localhost":
+        netloc = "127.0.0.1" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+class Wire(Protocol):
+    async def request(
+        self, method: str, target: str, *, headers: dict[str, str] | None = None, body: bytes | None = None
+    ) -> WireReply: ...
+
+    async def aclose(self) -> None: ...
+
+
+class ProxiedWire:
+    """The hub behind a proxy named by the environment: httpx with ``trust_env``, same limits."""
+
+    def __init__(self, base_url: str) -> None:
+        self.http = httpx.AsyncClient(base_url=base_url, timeout=REQUEST_TIMEOUT_S, follow_redirects=False)
+
+    async def request(
+        self, method: str, target: str, *, headers: dict[str, str] | None = None, body: bytes | None = None
+    ) -> WireReply:
+        try:
+            async with self.http.stream(method, target, headers=headers, content=body) as response:
+                chunks, size = [], 0
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > MAX_RESPONSE_BYTES:
+                        raise WireError("too_large", "the hub's answer is larger than 40 MiB")
+                    chunks.append(chunk)
+                return WireReply(response.status_code, dict(response.headers), b"".join(chunks))
+        except httpx.HTTPError as exc:
+            raise WireError("protocol", type(exc).__name__) from exc
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+
+def uses_proxy(server_url: str) -> bool:
+    """True when the environment names a proxy for this (non-loopback) hub URL."""
     parts = urlsplit(server_url)
     host = parts.hostname or ""
-    loopback = host in ("127.0.0.1", "localhost", "::1")
-    if host == "localhost":
-        netloc = "127.0.0.1" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit((parts.scheme, netloc, "", "", "")), True
-    return server_url, loopback
+    if host in ("127.0.0.1", "localhost", "::1"):
+        return False
+    proxies = urllib.request.getproxies()
+    if parts.scheme not in proxies and "all" not in proxies:
+        return False
+    return not urllib.request.proxy_bypass(host)
 
 
-def lean_transport() -> LeanTransport:
-    return LeanTransport(max_body=MAX_RESPONSE_BYTES)
+def hub_wire(server_url: str, runner_id: str) -> Wire:
+    url = f"{_direct_url(server_url).rstrip('/')}/api/runner/v1/{runner_id}"
+    if uses_proxy(server_url):
+        return ProxiedWire(url)
+    return WireClient(url, max_body=MAX_RESPONSE_BYTES, timeout=REQUEST_TIMEOUT_S)
 
 
 class HubClient:
-    def __init__(
-        self, server_url: str, identity: Identity, *, transport: httpx.AsyncBaseTransport | None = None
-    ) -> None:
-        base, loopback = _direct_url(server_url)
+    def __init__(self, server_url: str, identity: Identity, *, wire: Wire | None = None) -> None:
         self.identity = identity
-        self.http = httpx.AsyncClient(
-            base_url=f"{base}/api/runner/v1/{identity.runner_id}",
-            timeout=REQUEST_TIMEOUT_S,
-            follow_redirects=False,
-            trust_env=not loopback,
-            transport=transport or lean_transport(),
-        )
+        self.wire = wire or hub_wire(server_url, identity.runner_id)
 
     async def close(self) -> None:
-        await self.http.aclose()
+        await self.wire.aclose()
 
     def _headers(self, epoch: str | None) -> dict[str, str]:
         headers = {
@@ -87,19 +128,12 @@ class HubClient:
     async def _send(self, method: str, op: str, headers: dict[str, str], body: Any = None) -> Any:
         content = json.dumps(body).encode() if body is not None else None
         if content is not None:
-            headers = headers | {"Content-Type": "application/json"}
+            headers["Content-Type"] = "application/json"
         try:
-            async with self.http.stream(method, f"/{op}", headers=headers, content=content) as response:
-                chunks, size = [], 0
-                async for chunk in response.aiter_bytes():
-                    size += len(chunk)
-                    if size > MAX_RESPONSE_BYTES:
-                        raise HubError(0, "transport", "the hub's answer is larger than 40 MiB")
-                    chunks.append(chunk)
-                status = response.status_code
-        except httpx.HTTPError as exc:
-            raise HubError(0, "transport", type(exc).__name__) from exc
-        raw = b"".join(chunks)
+            reply = await self.wire.request(method, f"/{op}", headers=headers, body=content)
+        except WireError as exc:
+            raise HubError(0, "transport", str(exc)) from exc
+        raw, status = reply.body, reply.status
         try:
             data = json.loads(raw) if raw else None
         except ValueError:

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 import structlog
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import State
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from talaria import __version__
@@ -51,18 +52,33 @@ class AccessLog:
             await self.app(scope, receive, capture)
         finally:
             elapsed = time.perf_counter() - started
-            path: str = scope["path"]
-            door = "runtime" if path.startswith("/internal/") else "api" if path.startswith("/api/") else "other"
             hub: Hub | None = getattr(scope["app"].state, "hub", None) if "app" in scope else None
             if hub is not None:
-                hub.metrics.requests.labels(door, str(status)).inc()
-                hub.metrics.latency.labels(door).observe(elapsed)
-            log.info("request", method=scope["method"], path=path, status=status, ms=round(elapsed * 1000, 1))
+                hub.metrics.observe_request(scope["path"], status, elapsed)
+            log.info("request", method=scope["method"], path=scope["path"], status=status, ms=round(elapsed * 1000, 1))
+
+
+class HubApp:
+    """The hub's ASGI app: the runner machine API's door (``machine_api.serve``) in front of FastAPI,
+    which serves everything else (web API, Runtime API, pages) and the lifespan."""
+
+    def __init__(self, web: FastAPI) -> None:
+        self.web = web
+
+    @property
+    def state(self) -> State:
+        return self.web.state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if machine_api.is_machine_path(scope):
+            await machine_api.serve(self.web.state.hub, scope, receive, send)
+        else:
+            await self.web(scope, receive, send)
 
 
 def create_app(
     settings: Settings, *, clock: Clock | None = None, run_reaper: bool = True, hub: Hub | None = None
-) -> FastAPI:
+) -> HubApp:
     """The hub app. With ``hub`` (already opened by ``talaria hub``, which reports start-up errors in
     one line) the lifespan adopts it; otherwise the lifespan opens one. Either way it closes it."""
     clock = clock or SystemClock()
@@ -95,8 +111,7 @@ def create_app(
         app.include_router(router)
     if settings.runtime_api_enabled:
         app.include_router(runtime_routes.router)
-    app.add_middleware(machine_api.MachineDoor)
     app.add_middleware(errors.InternalErrorGuard)
     app.add_middleware(BodyLimit)
     app.add_middleware(AccessLog)
-    return app
+    return HubApp(app)

@@ -1,8 +1,8 @@
 """Pure ASGI middleware: refuse request bodies over the limit with 413 ``payload_too_large``.
 
 Runs before routing for the web API. The Runtime API checks its own body size after the peer check
-(lifecycle.md 6.5) and the runner machine API its 16 MiB limit after the gate (runner-protocol.md 4,
-gate 9), so their prefixes are exempt here.
+(lifecycle.md 6.5), so its prefix is exempt here; the runner machine API never reaches this layer
+(``machine_api.serve`` answers it in front of FastAPI and checks its 16 MiB limit after the gate).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class BodyLimit:
         app: ASGIApp,
         *,
         limit: int = MAX_BODY_BYTES,
-        exempt_prefixes: tuple[str, ...] = ("/internal/runtime/", "/api/runner/v1/"),
+        exempt_prefixes: tuple[str, ...] = ("/internal/runtime/",),
     ):
         self.app = app
         self.limit = limit

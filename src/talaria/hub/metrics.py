@@ -11,6 +11,13 @@ if TYPE_CHECKING:
 
 
 class HubMetrics:
+    def observe_request(self, path: str, status: int, elapsed_s: float) -> str:
+        """Count one answered request by door (runtime, api, other); returns the door."""
+        door = "runtime" if path.startswith("/internal/") else "api" if path.startswith("/api/") else "other"
+        self.requests.labels(door, str(status)).inc()
+        self.latency.labels(door).observe(elapsed_s)
+        return door
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(

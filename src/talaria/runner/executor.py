@@ -14,6 +14,7 @@ from talaria.clock import Clock
 from talaria.runner import receipts as rc
 from talaria.runner.errors import CommandError
 from talaria.runner.hub_client import HubClient, HubError
+from talaria.runner.receipt_writes import ReceiptWrites
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 DISCONNECTING = frozenset({"runner_epoch_changed", "runner_instance_changed"})
@@ -37,6 +38,7 @@ class Executor:
         self.epoch_is_current = epoch_is_current
         self.on_hub_error = on_hub_error
         self.running: dict[str, asyncio.Task[None]] = {}
+        self.writes = ReceiptWrites()
 
     def submit(self, command: Any, epoch: str) -> None:
         if not isinstance(command, dict) or not isinstance(command.get("id"), str):
@@ -63,7 +65,7 @@ class Executor:
 
     async def _handle(self, command: dict[str, Any], epoch: str) -> None:
         try:
-            begun = await asyncio.to_thread(self.receipts.begin, command)
+            begun = await self.writes.run(lambda: self.receipts.begin(command))
         except (ValueError, rc.ReceiptsError):
             await self._post(
                 epoch, command["id"], CommandError("runner_command_forbidden", "malformed command").reply()
@@ -78,9 +80,15 @@ class Executor:
         elif isinstance(begun, rc.Uncertain):
             reply = CommandError("runner_command_uncertain", begun.message).reply()
         else:
-            reply = await asyncio.to_thread(self.receipts.complete, command["id"], await self._execute(command, epoch))
-            await asyncio.to_thread(self.receipts.handled)  # compacts every 256th command
+            outcome = await self._execute(command, epoch)
+            reply = await self.writes.run(lambda: self._complete(command["id"], outcome))
         await self._post(epoch, command["id"], reply)
+
+    def _complete(self, command_id: str, reply: dict[str, Any]) -> dict[str, Any]:
+        """Store the reply, then count the command (every 256th compacts); one trip to a worker thread."""
+        stored = self.receipts.complete(command_id, reply)
+        self.receipts.handled()
+        return stored
 
     async def _execute(self, command: dict[str, Any], epoch: str) -> dict[str, Any]:
         try:

@@ -26,3 +26,8 @@ MAX_ERROR_MESSAGE_CHARS: Final = 1000
 RECEIPT_RETAIN_MS: Final = 3600 * 1000
 # Compaction runs at start-up and after this many handled commands
 RECEIPT_COMPACT_EVERY: Final = 256
+# Receipt writes run on the event loop while they are fast; one slower than this moves them to a
+# worker thread (a slow disk must not stall the poll loop) -> `ReceiptWrites` goes off-loop
+RECEIPT_INLINE_MAX_S: Final = 0.002
+# Off the loop, this many consecutive fast writes bring them back onto it
+RECEIPT_INLINE_RETURN_AFTER: Final = 64

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+import structlog
+from starlette.types import Message, Receive, Scope, Send
 
 from talaria.canonical import canonical_json
 from talaria.errors import TalariaError
@@ -23,10 +23,15 @@ from talaria.hub.runners import limits
 from talaria.hub.state import Hub
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+log = structlog.get_logger("talaria.hub")
 
 
-def _answer(value: Any) -> Response:
-    return Response(canonical_json(value), media_type="application/json", headers={"Cache-Control": "no-store"})
+def _headers(scope: Scope) -> dict[str, str]:
+    """Request headers by lower-case name; the first of repeated headers wins."""
+    seen: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        seen.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+    return seen
 
 
 def _malformed(op: str) -> TalariaError:
@@ -78,113 +83,131 @@ def _shape(op: str, body: Any) -> dict[str, Any]:
     return body
 
 
-async def _read_body(request: Request) -> bytes:
-    declared = request.headers.get("content-length")
+async def _read_body(headers: dict[str, str], receive: Receive) -> bytes:
+    declared = headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limits.MAX_POST_BYTES:
         raise TalariaError("runner_payload_limit", "the request body is larger than 16 MiB")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise TalariaError("invalid_json", "the request body ended early")
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limits.MAX_POST_BYTES:
             raise TalariaError("runner_payload_limit", "the request body is larger than 16 MiB")
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
-def _gate_record(hub: Hub, runner_id: str, request: Request) -> None:
+def _gate_record(hub: Hub, runner_id: str, headers: dict[str, str]) -> None:
     """Gate 1: no Origin, an enabled record, the matching bearer (compared as SHA-256, constant time)."""
     record = hub.registry.get(runner_id)
-    auth = request.headers.get("authorization", "")
+    auth = headers.get("authorization", "")
     token = auth[7:] if auth.startswith("Bearer ") else None
     if record is not None and not record.enabled:
         hub.runners.disconnect(runner_id, "disabled")
-    if (
-        "origin" in request.headers
-        or record is None
-        or not record.enabled
-        or not token
-        or not record.token_matches(token)
-    ):
+    if "origin" in headers or record is None or not record.enabled or not token or not record.token_matches(token):
         raise TalariaError("runner_unauthorized", "the runner was disabled or its token is invalid; register it again")
 
 
-async def _handle(request: Request, runner_id: str, op: str) -> Response:
-    hub: Hub = request.app.state.hub
+async def _handle(hub: Hub, headers: dict[str, str], receive: Receive, runner_id: str, op: str) -> Any:
+    """The answer's value for one request; refusals raise ``TalariaError``."""
     if not UUID.match(runner_id):
         raise TalariaError("not_found", "not found")
     # Store reads here are primary-key lookups done on the loop: the connection state and its futures
     # belong to the event loop and must not be touched from worker threads.
-    _gate_record(hub, runner_id, request)
-    instance = request.headers.get("x-runner-instance", "")
-    if not UUID.match(instance) or request.headers.get("x-runner-protocol") != "1":
+    _gate_record(hub, runner_id, headers)
+    instance = headers.get("x-runner-instance", "")
+    if not UUID.match(instance) or headers.get("x-runner-protocol") != "1":
         raise TalariaError("runner_protocol_mismatch", "this hub speaks runner protocol 1")
     state, created = hub.runners.enter(
         runner_id,
         instance,
         poll=op == "poll",
-        reset=request.headers.get("x-runner-reset") == "1",
-        epoch=request.headers.get("x-runner-epoch"),
-        features=request.headers.get("x-runner-features"),
+        reset=headers.get("x-runner-reset") == "1",
+        epoch=headers.get("x-runner-epoch"),
+        features=headers.get("x-runner-features"),
     )
     if op == "poll":
-        return _answer(await hub.runners.poll(state, created))
-    raw = await _read_body(request)
+        return await hub.runners.poll(state, created)
+    raw = await _read_body(headers, receive)
     try:
         body = _shape(op, json.loads(raw))
     except ValueError as exc:
         raise _malformed(op) from exc
     if op == "admit":
-        return _answer({"allowed": hub.channels.admit(state, body["id"])})
+        return {"allowed": hub.channels.admit(state, body["id"])}
     if op == "result":
         hub.runners.complete(state, body["id"], body)
-        return _answer({"ok": True})
+        return {"ok": True}
     if op == "event":
         hub.channels.event(state, body)
-        return _answer({"ok": True})
+        return {"ok": True}
     if op == "tool":
-        return _answer({"result": await hub.channels.tool(state, body)})
+        return {"result": await hub.channels.tool(state, body)}
     hub.runners.disconnect(runner_id, "goodbye")
-    return _answer({"ok": True})
+    return {"ok": True}
 
 
 _METHOD = {"poll": "GET", "admit": "POST", "result": "POST", "event": "POST", "tool": "POST", "goodbye": "POST"}
 PREFIX = "/api/runner/v1/"
 
 
-class MachineDoor:
-    """A pure ASGI door for ``/api/runner/v1/{runnerId}/{op}`` in front of the FastAPI router.
+def is_machine_path(scope: Scope) -> bool:
+    return scope["type"] == "http" and str(scope["path"]).startswith(PREFIX)
 
-    The machine API is the hot path of every runner command; FastAPI's router, which tries every web
-    route first, cost more than the work itself. Route matching here is a split and a dict lookup;
-    unknown paths and methods answer the same canonical 404/405 as the rest of the hub.
+
+async def serve(hub: Hub, scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer one machine API request; the hub's ASGI app sends ``PREFIX`` paths here, before FastAPI.
+
+    The machine API is the hot path of every runner command, so this door is the outermost layer: route
+    matching is a split and a dict lookup, the answer is two ASGI messages, and the access log line,
+    the request metrics and the guard against unexpected exceptions are done here once instead of by a
+    stack of middleware. Unknown paths and methods answer the same canonical 404/405 as the rest of the
+    hub.
     """
+    started = time.perf_counter()
+    parts = scope["path"][len(PREFIX) :].split("/")
+    headers = _headers(scope)
+    body_done = False
+    status = 500
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    async def tracked() -> Message:
+        nonlocal body_done
+        message = await receive()
+        body_done = body_done or message["type"] != "http.request" or not message.get("more_body", False)
+        return message
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(PREFIX):
-            await self.app(scope, receive, send)
-            return
-        parts = scope["path"][len(PREFIX) :].split("/")
-        body_done = False
-
-        async def tracked() -> Message:
-            nonlocal body_done
-            message = await receive()
-            body_done = body_done or message["type"] != "http.request" or not message.get("more_body", False)
-            return message
-
-        request = Request(scope, tracked)
+    try:
         try:
             if len(parts) != 2 or parts[1] not in _METHOD or not parts[0]:
                 raise TalariaError("not_found", "not found")
             if scope["method"] != _METHOD[parts[1]]:
                 raise TalariaError("method_not_allowed", "method not allowed", headers={"Allow": _METHOD[parts[1]]})
-            response = await _handle(request, parts[0], parts[1])
+            payload = canonical_json(await _handle(hub, headers, tracked, parts[0], parts[1]))
         except TalariaError as exc:
             if not body_done:  # refused before reading: take the body, or the client may see a reset, not the answer
                 await drain(tracked, limit=2 * limits.MAX_POST_BYTES)
             response = error_response(exc)
-        await response(scope, receive, send)
+            status = response.status_code
+            await response(scope, receive, send)
+            return
+        except Exception:
+            log.exception("unhandled_error", path=scope.get("path"))
+            response = error_response(TalariaError("internal_error", "internal error; the transaction was rolled back"))
+            await response(scope, receive, send)
+            return
+        status = 200
+        length = (b"content-length", str(len(payload)).encode("ascii"))
+        await send({"type": "http.response.start", "status": 200, "headers": [*_OK_HEADERS, length]})
+        await send({"type": "http.response.body", "body": payload})
+    finally:
+        elapsed = time.perf_counter() - started
+        hub.metrics.observe_request(scope["path"], status, elapsed)
+        log.info("request", method=scope["method"], path=scope["path"], status=status, ms=round(elapsed * 1000, 1))
+
+
+_OK_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]

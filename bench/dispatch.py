@@ -4,8 +4,9 @@ In one run it prints, as progress on stderr and one JSON object as the last line
 
 - ``echo``: the bare floor, sequential httpx requests to a uvicorn echo app on 127.0.0.1 (p50/p99 ms);
 - ``command``: round trips of a no-op ``http GET /api/status`` command from the hub through one real runner
-  process (``talaria runner``) to the Hermes fixture and back (p50/p99 ms, commands/s), and
-  ``ratio_p50`` = command p50 / echo p50;
+  process (``talaria runner``) to the Hermes fixture and back (p50/p99 ms, commands/s), timed on the
+  hub's event loop from enqueue to the runner's result, and ``ratio_p50`` = command p50 / echo p50.
+  Echo requests and commands run in alternating blocks of 100, so drift moves both alike;
 - ``idle``: for 100 and 1,000 runners long-polling one hub at once from one load process, the hub
   process's RSS and the p99 wake latency from enqueue to the command's arrival at the runner.
 
@@ -39,6 +40,7 @@ from talaria.hub.runners.state import AccountRef
 from talaria.logs import configure_logging
 from talaria.testing.hub_server import HubServer
 
+BLOCK = 100  # requests per alternating block of echo requests and command round trips
 TARGETS = {"ratio_p50": 4.5, "command_p99_ms": 25.0, "wake_p99_ms": 100.0, "rss_mb": 300.0}
 
 
@@ -117,21 +119,26 @@ asyncio.run(main())
 """
 
 
-def bench_echo(n: int) -> dict[str, float]:
-    server = spawn(ECHO)
-    assert server.stdout is not None
-    port = int(server.stdout.readline())
-    samples = []
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+class Echo:
+    """The bare floor: sequential httpx requests to a uvicorn echo app in its own process."""
+
+    def __init__(self) -> None:
+        self.server = spawn(ECHO)
+        assert self.server.stdout is not None
+        port = int(self.server.stdout.readline())
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{port}")
         for _ in range(50):
-            client.get("/")
-        for _ in range(n):
-            started = time.perf_counter()
-            client.get("/")
-            samples.append((time.perf_counter() - started) * 1000)
-    server.send_signal(signal.SIGINT)
-    server.wait(10)
-    return {"p50_ms": round(percentile(samples, 50), 3), "p99_ms": round(percentile(samples, 99), 3)}
+            self.client.get("/")
+
+    def once(self) -> float:
+        started = time.perf_counter()
+        self.client.get("/")
+        return (time.perf_counter() - started) * 1000
+
+    def close(self) -> None:
+        self.client.close()
+        self.server.send_signal(signal.SIGINT)
+        self.server.wait(10)
 
 
 def register(server: HubServer, count: int, source_prefix: str) -> list[tuple[str, str, dict[str, Any]]]:
@@ -144,7 +151,10 @@ def register(server: HubServer, count: int, source_prefix: str) -> list[tuple[st
     return made
 
 
-def bench_command(server: HubServer, workdir: Path, n: int) -> dict[str, float]:
+def bench_command(server: HubServer, workdir: Path, n: int, echo: Echo) -> tuple[dict[str, float], dict[str, float]]:
+    """Command round trips and echo requests in alternating blocks of back-to-back requests: each is
+    timed hot, as in steady use, and drift over the run (frequency scaling, neighbours) moves the
+    baseline and the figure together."""
     fixture = spawn(FIXTURE)
     assert fixture.stdout is not None
     hermes_url, hermes_token = fixture.stdout.readline().split()
@@ -178,23 +188,27 @@ def bench_command(server: HubServer, workdir: Path, n: int) -> dict[str, float]:
 
         for _ in range(20):
             server.call(one())
-        samples = []
-        started_all = time.perf_counter()
-        for index in range(n):
-            samples.append(server.call(one()))
-            if index % 100 == 99:
-                progress(f"command round trips: {index + 1}/{n}")
-        elapsed = time.perf_counter() - started_all
+        samples: list[float] = []
+        floor: list[float] = []
+        busy = 0.0
+        while len(samples) < n:
+            block = min(BLOCK, n - len(samples))
+            floor += [echo.once() for _ in range(block)]
+            started = time.perf_counter()
+            samples += [server.call(one()) for _ in range(block)]
+            busy += time.perf_counter() - started
+            progress(f"command round trips: {len(samples)}/{n}")
     finally:
         runner.send_signal(signal.SIGTERM)
         runner.wait(20)
         fixture.send_signal(signal.SIGTERM)
         fixture.wait(20)
-    return {
+    command = {
         "p50_ms": round(percentile(samples, 50), 3),
         "p99_ms": round(percentile(samples, 99), 3),
-        "per_s": round(n / elapsed, 1),
+        "per_s": round(n / busy, 1),
     }
+    return command, {"p50_ms": round(percentile(floor, 50), 3), "p99_ms": round(percentile(floor, 99), 3)}
 
 
 def bench_idle(server: HubServer, count: int, wakes: int) -> dict[str, float]:
@@ -209,7 +223,17 @@ def bench_idle(server: HubServer, count: int, wakes: int) -> dict[str, float]:
     for _ in range(count):
         load.stdout.readline()
     progress(f"{count} runners connected; hub RSS {rss_mb(os.getpid()):.0f} MB")
-    time.sleep(2)  # every runner now holds a poll
+
+    async def holding() -> int:
+        states = server.hub.runners.states
+        return sum(1 for r, _, _ in made if (s := states.get(r)) is not None and s.waiter and not s.waiter.done())
+
+    deadline = time.monotonic() + 120
+    while (held := server.call(holding())) < count:  # time wakes only once every runner holds a poll
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {held} of {count} runners hold a poll after 120 s")
+        time.sleep(0.2)
+    progress(f"{count} runners hold a poll")
     rss = rss_mb(os.getpid())
     sent: dict[str, int] = {}
     step = max(1, count // wakes)
@@ -241,12 +265,14 @@ def main() -> int:
     configure_logging("WARNING")
     with tempfile.TemporaryDirectory(prefix="talaria-dispatch-") as tmp:
         workdir = Path(tmp)
-        progress("echo floor")
-        echo = bench_echo(args.commands)
+        echo_server = Echo()
         server = HubServer(workdir / "data", SystemClock(), runtime_api_proxy_secret=secrets.token_hex(32)).start()
         try:
-            progress("command round trips through one runner")
-            command = bench_command(server, workdir, args.commands)
+            progress("command round trips through one runner, each followed by one echo request (the floor)")
+            try:
+                command, echo = bench_command(server, workdir, args.commands, echo_server)
+            finally:
+                echo_server.close()
             idle = []
             for count in (int(c) for c in args.runners.split(",") if c):
                 progress(f"{count} idle runners")

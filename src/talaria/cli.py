@@ -181,6 +181,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(keep_serving=not args.exit, port=args.port)
 
 
+def cmd_model_server(args: argparse.Namespace) -> int:
+    from talaria.testing.model_server import main as model_server
+
+    return model_server(["--host", args.host, "--port", str(args.port)])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="talaria", description="Run Hermes agents from one control plane.")
     parser.add_argument("--version", action="version", version=f"talaria {__version__}")
@@ -242,6 +248,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--exit", action="store_true", help="stop the hub when the demo is done")
     demo.add_argument("--port", type=int, default=0, help="hub port (default: any free port)")
     demo.set_defaults(func=cmd_demo)
+
+    testing = sub.add_parser("testing", help="test helpers").add_subparsers(dest="testing_command", required=True)
+    model = testing.add_parser("model-server", help="serve the scripted OpenAI-compatible model (tests, demo)")
+    model.add_argument("--host", default="127.0.0.1")
+    model.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    model.set_defaults(func=cmd_model_server)
     return parser
 
 

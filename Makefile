@@ -1,11 +1,16 @@
 # Talaria — every target creates and uses the virtual environment .venv in the project root.
+# Hermes (hermes-agent, pinned) lives in its own environment, .venv-hermes: it pins its own dependency
+# versions and never goes into .venv. `make demo` and `make test` create it when it is missing.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+HERMES_VERSION := 0.19.0
+HERMES_VENV := .venv-hermes
+HERMES_STAMP := $(HERMES_VENV)/.installed-$(HERMES_VERSION)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test lint bench clean
+.PHONY: help venv hermes demo test lint bench clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -18,10 +23,21 @@ $(STAMP): pyproject.toml constraints.txt
 
 venv: $(STAMP) ## create .venv and install Talaria with its development tools
 
-demo: $(STAMP) ## run the product end to end on the embedded SQLite default (Ctrl-C stops the hub)
+# A failed Hermes install does not stop make: the demo then falls back to the Hermes fixture and says
+# so, and tests/hermes fails with a message saying how to install Hermes.
+$(HERMES_STAMP): constraints-hermes.txt
+	@echo "installing hermes-agent==$(HERMES_VERSION) into $(HERMES_VENV) (its own environment)"
+	@rm -rf $(HERMES_VENV) && $(PYTHON) -m venv $(HERMES_VENV) \
+	  && $(HERMES_VENV)/bin/pip install --quiet -c constraints-hermes.txt hermes-agent==$(HERMES_VERSION) \
+	  && touch $(HERMES_STAMP) \
+	  || echo "warning: could not install hermes-agent==$(HERMES_VERSION) into $(HERMES_VENV)"
+
+hermes: $(HERMES_STAMP) ## create .venv-hermes with the pinned hermes-agent
+
+demo: $(STAMP) $(HERMES_STAMP) ## run the product end to end on the embedded SQLite default (Ctrl-C stops the hub)
 	$(BIN)/talaria demo
 
-test: $(STAMP) ## run the whole test suite
+test: $(STAMP) $(HERMES_STAMP) ## run the whole test suite (tests/hermes runs real Hermes from .venv-hermes)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP) ## ruff (lint + format check) and mypy --strict
@@ -33,4 +49,4 @@ bench: $(STAMP) ## lifecycle benchmark (prints figures; JSON object on the last 
 	$(BIN)/python bench/lifecycle_bench.py
 
 clean: ## remove the virtual environment and caches
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(HERMES_VENV) .mypy_cache .ruff_cache .pytest_cache

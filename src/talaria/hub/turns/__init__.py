@@ -1,0 +1,1 @@
+"""Hermes turns driven by the hub through a runner: the turn driver and the team tools it offers."""

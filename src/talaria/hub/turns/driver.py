@@ -1,0 +1,182 @@
+"""The minimal turn driver: one Hermes turn through a runner (the dispatcher issue grows it into the
+turn engine).
+
+Steps: open a gateway channel for the account; ``session.create`` for the profile (omitted for
+``default``, ``close_on_disconnect: false``); optionally probe the plugin's capabilities, create a tool
+grant carrying the team tools and bind it while the session is idle (runner-protocol.md 12.1); submit
+the prompt prefixed with its run marker; collect the session's streamed events up to
+``message.complete``; then close the grant and the channel. ``work_id`` names the work the turn
+serves (a job id, a conversation id) and is what ``talaria_whoami`` reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import structlog
+
+from talaria.errors import TalariaError
+from talaria.hub.runners.channels import Channels
+from talaria.hub.runners.registry import RunnerRegistry
+from talaria.hub.runners.state import AccountRef, Gateway, Grant
+from talaria.hub.turns import team_tools
+
+log = structlog.get_logger("talaria.turns")
+
+TURN_TIMEOUT_S = 600.0
+
+
+@dataclass
+class TurnResult:
+    status: str  # message.complete status: complete | interrupted | error
+    text: str
+    runtime_id: str
+    stored_id: str | None
+    marker: str
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def deltas(self) -> list[str]:
+        return [str(e.get("payload", {}).get("text", "")) for e in self.events if e.get("type") == "message.delta"]
+
+
+def run_marker(run_id: str, work_id: str) -> str:
+    return f"[talaria-run:{run_id}:{work_id}]"
+
+
+def _json_body(reply: dict[str, Any]) -> Any:
+    try:
+        return json.loads(base64.b64decode(reply.get("body", "")))
+    except ValueError:
+        return None
+
+
+class TurnDriver:
+    def __init__(self, channels: Channels, registry: RunnerRegistry) -> None:
+        self.channels = channels
+        self.registry = registry
+
+    async def hermes_status(self, runner_id: str, account: AccountRef) -> dict[str, Any]:
+        """Hermes' public ``/api/status`` through the runner (version, auth mode)."""
+        reply = await self.channels.http(runner_id, account, "/api/status")
+        body = _json_body(reply)
+        return body if isinstance(body, dict) else {}
+
+    async def capabilities(self, runner_id: str, account: AccountRef, profile: str) -> dict[str, Any]:
+        """The plugin's capabilities for ``profile``; ``team_tools_unavailable`` unless it is ready."""
+        reply = await self.channels.http(
+            runner_id, account, "/api/plugins/talaria/capabilities", search=f"?profile={profile}", profile=profile
+        )
+        body = _json_body(reply)
+        if (
+            reply.get("status") != 200
+            or not isinstance(body, dict)
+            or body.get("version") != 1
+            or body.get("ready") is not True
+            or body.get("in_process") is not True
+            or body.get("native_tools") is not True
+        ):
+            missing = body.get("missing") if isinstance(body, dict) else None
+            raise TalariaError(
+                "team_tools_unavailable",
+                f"the Talaria plugin on this node is not ready (status {reply.get('status')}, missing {missing})",
+            )
+        return body
+
+    async def run(
+        self,
+        *,
+        runner_id: str,
+        account: AccountRef,
+        profile: str,
+        work_id: str,
+        prompt: str,
+        run_id: str | None = None,
+        tools: bool = True,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        timeout_s: float = TURN_TIMEOUT_S,
+    ) -> TurnResult:
+        record = self.registry.get(runner_id)
+        if record is None:
+            raise TalariaError("not_found", "no such execution node")
+        marker = run_marker(run_id or str(uuid.uuid4()), work_id)
+        gateway = await self.channels.open_gateway(runner_id, account)
+        grant: Grant | None = None
+        active = True
+        try:
+            params: dict[str, Any] = {"close_on_disconnect": False}
+            if profile != "default":
+                params["profile"] = profile
+            created = await self.channels.rpc(gateway, "session.create", params)
+            runtime_id = str(created["session_id"])
+            stored_id = created.get("stored_session_id")
+            result = TurnResult("", "", runtime_id, stored_id, marker)
+            if tools:
+                await self.capabilities(runner_id, account, profile)
+                identity = team_tools.GrantIdentity(account.username, account.tenant, record.source, profile, work_id)
+
+                async def execute(tool_id: str, arguments: dict[str, Any]) -> Any:
+                    assert grant is not None
+                    return await team_tools.call(replace(identity, grant_id=grant.id), tool_id, arguments)
+
+                session = {"runtimeId": runtime_id, "storedId": str(stored_id or "")}
+                grant = await self.channels.create_grant(
+                    runner_id, account, profile=profile, work_id=work_id, session=session,
+                    catalog=team_tools.catalog(), executor=execute, turn_active=lambda: active,
+                )  # fmt: skip
+                await self.channels.bind_grant(grant, session)
+            started = time.monotonic()
+            await self.channels.rpc(gateway, "prompt.submit", {"session_id": runtime_id, "text": f"{marker} {prompt}"})
+            await self._collect(gateway, result, on_event, deadline=started + timeout_s)
+            return result
+        finally:
+            active = False
+            if grant is not None:
+                await self._quietly(self.channels.close_grant(grant))
+            await self._quietly(self.channels.close_gateway(gateway))
+
+    async def _collect(
+        self,
+        gateway: Gateway,
+        result: TurnResult,
+        on_event: Callable[[dict[str, Any]], None] | None,
+        *,
+        deadline: float,
+    ) -> None:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TalariaError("runner_command_uncertain", "the turn did not finish in time")
+            try:
+                frame = await asyncio.wait_for(gateway.events.get(), left)
+            except TimeoutError:
+                continue
+            if frame is None:
+                raise TalariaError("runner_connection_closed", "the gateway closed during the turn", status=409)
+            if frame.get("session_id") not in (None, result.runtime_id):
+                continue
+            result.events.append(frame)
+            if on_event is not None:
+                on_event(frame)
+            raw = frame.get("payload")
+            payload: dict[str, Any] = raw if isinstance(raw, dict) else {}
+            kind = frame.get("type")
+            if kind == "session.info" and isinstance(payload.get("stored_session_id"), str):
+                result.stored_id = payload["stored_session_id"]
+            if kind == "message.complete":
+                result.status = str(payload.get("status", "complete"))
+                result.text = str(payload.get("text", ""))
+                return
+
+    @staticmethod
+    async def _quietly(closing: Any) -> None:
+        try:
+            await closing
+        except TalariaError as exc:
+            log.info("turn_cleanup_failed", code=exc.code)

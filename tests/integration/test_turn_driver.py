@@ -1,0 +1,124 @@
+"""The minimal turn driver over real sockets: hub → runner process → Hermes fixture, with a tool grant and
+``talaria_whoami`` answering the identity the hub bound, whatever the caller puts in the arguments."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from talaria.clock import SystemClock
+from talaria.errors import TalariaError
+from talaria.hub.runners.registry import parse_registration
+from talaria.hub.runners.state import AccountRef
+from talaria.hub.turns.driver import TurnDriver, TurnResult
+from talaria.testing.hermes_fixture import HermesFixture
+from talaria.testing.hub_server import HubServer
+from tests.conftest import add_account
+from tests.integration.runner_support import RunnerProcess, outcome, spawn, wait_until, write_config
+
+
+@dataclass
+class Env:
+    server: HubServer
+    hermes: HermesFixture
+    runner_id: str
+    account: AccountRef
+    driver: TurnDriver
+
+    def turn(self, **kwargs: Any) -> asyncio.Task[Any]:
+        args: dict[str, Any] = {"runner_id": self.runner_id, "account": self.account, "profile": "default",
+                                "work_id": "work-42", "prompt": "hello"} | kwargs  # fmt: skip
+        return spawn(self.server, self.driver.run(**args))
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    with HermesFixture() as hermes:
+        server = HubServer(tmp_path / "data", SystemClock()).start()
+        runner: RunnerProcess | None = None
+        try:
+            add_account(server, "alice", allowed_profiles={"local": ["default"]})
+            created = server.hub.accounts.get("alice")
+            assert created is not None
+            fields = parse_registration(
+                {"name": "node", "allowedProfiles": ["default"], "hermesURL": hermes.url}, default_server_url=server.url
+            )
+            registration = server.hub.registry.register("default", fields)
+            token_file = tmp_path / "node" / "hermes-token"
+            token_file.parent.mkdir()
+            token_file.write_text(hermes.session_token)
+            token_file.chmod(0o600)
+            path = write_config(tmp_path / "node", registration.config | {"hermesTokenFile": str(token_file)})
+            runner = RunnerProcess(path, tmp_path / "logs")
+            runner.wait_for("runner connected")
+            runner_id = registration.runner.id
+            wait_until(lambda: runner_id in server.hub.runners.states, what="the hub state")
+            account = AccountRef("alice", created.tenant, created.auth_version)
+            yield Env(server, hermes, runner_id, account, TurnDriver(server.hub.channels, server.hub.registry))
+        finally:
+            if runner is not None:
+                runner.stop()
+                runner.close()
+            server.stop()
+
+
+def listener_call(bind: dict[str, Any], path: str, body: dict[str, Any]) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {bind['token']}"}
+    response = httpx.post(f"{bind['bridge_url']}{path}", json=body, headers=headers, timeout=10)
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+def test_a_turn_streams_to_message_complete_and_whoami_answers_the_bound_identity(env: Env) -> None:
+    env.hermes.knobs.delta_delay = 0.3  # the turn stays in flight while the test calls the tool
+    task = env.turn()
+    wait_until(lambda: len(env.hermes.bindings()) == 1, what="the grant to be bound")
+    bind = next(iter(env.hermes.bindings().values()))
+    tools = listener_call(bind, "/tools/list", {})["tools"]
+    assert [t["name"] for t in tools] == ["talaria_whoami"] and tools[0]["id"].startswith("team_")
+    spoof = {"account": "mallory", "tenant": "evil", "workId": "other", "grantId": "x"}
+    answer = listener_call(bind, "/tools/call", {"toolId": tools[0]["id"], "arguments": spoof, "callId": "c1"})
+    identity = answer["structuredContent"]
+    assert identity["account"] == "alice" and identity["tenant"] == env.account.tenant
+    assert (identity["source"], identity["profile"], identity["workId"]) == ("local", "default", "work-42")
+    assert [identity["grantId"]] == list(env.server.hub.runners.states[env.runner_id].grants)
+    result = outcome(env.server, task, timeout=30)
+    assert isinstance(result, TurnResult), result
+    assert result.status == "complete"
+    assert result.marker.startswith("[talaria-run:") and result.marker.endswith(":work-42]")
+    assert result.text == f"echo: {result.marker} hello"
+    assert "".join(result.deltas()) == result.text
+    assert env.hermes.prompt_count(result.marker) == 1
+    # the grant is closed with the turn: unbound in Hermes, and the listener is gone
+    wait_until(lambda: env.hermes.bindings() == {}, what="the unbind")
+    with pytest.raises(httpx.TransportError):
+        httpx.post(f"{bind['bridge_url']}/tools/list", json={}, timeout=2)
+
+
+def test_a_plugin_that_is_not_ready_refuses_team_tools_before_anything_is_submitted(env: Env) -> None:
+    env.hermes.knobs.capabilities = env.hermes.knobs.capabilities | {"ready": False, "missing": ["_sessions"]}
+    result = outcome(env.server, env.turn(), timeout=30)
+    assert isinstance(result, TalariaError) and result.code == "team_tools_unavailable"
+    assert "_sessions" in result.message
+    assert env.hermes.rpc_requests("prompt.submit") == []
+    wait_until(lambda: env.server.hub.runners.states[env.runner_id].gateways == {}, what="the gateway to close")
+
+
+def test_a_turn_without_tools_binds_nothing(env: Env) -> None:
+    result = outcome(env.server, env.turn(tools=False, prompt="plain"), timeout=30)
+    assert isinstance(result, TurnResult) and result.text.endswith(" plain")
+    assert env.hermes.binds() == []
+
+
+def test_hermes_status_through_the_runner(env: Env) -> None:
+    status = outcome(env.server, spawn(env.server, env.driver.hermes_status(env.runner_id, env.account)))
+    assert status["version"] == "0.19.0"
+    assert json.dumps(status).find(env.hermes.session_token) == -1

@@ -187,6 +187,21 @@ def cmd_model_server(args: argparse.Namespace) -> int:
     return model_server(["--host", args.host, "--port", str(args.port)])
 
 
+def cmd_install_plugin(args: argparse.Namespace) -> int:
+    from talaria.hermes_plugin.install import InstallError, install_plugin
+
+    try:
+        changes = install_plugin(Path(args.hermes_home), hermes_bin=Path(args.hermes_bin) if args.hermes_bin else None)
+    except InstallError as exc:
+        print(f"talaria hermes install-plugin: {exc}", file=sys.stderr)
+        return 1
+    for line in changes:
+        print(line)
+    done = "plugin up to date; restart Hermes to load it"
+    print(done if changes else "nothing to do: the plugin is installed and enabled")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="talaria", description="Run Hermes agents from one control plane.")
     parser.add_argument("--version", action="version", version=f"talaria {__version__}")
@@ -248,6 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--exit", action="store_true", help="stop the hub when the demo is done")
     demo.add_argument("--port", type=int, default=0, help="hub port (default: any free port)")
     demo.set_defaults(func=cmd_demo)
+
+    hermes = sub.add_parser("hermes", help="the local Hermes").add_subparsers(dest="hermes_command", required=True)
+    plugin = hermes.add_parser("install-plugin", help="install and enable Talaria's plugin in a Hermes home")
+    plugin.add_argument("--hermes-home", required=True, help="the Hermes home (HERMES_HOME) hermes serve runs in")
+    plugin.add_argument("--hermes-bin", default=None, help="hermes executable, used to enable the plugin if needed")
+    plugin.set_defaults(func=cmd_install_plugin)
 
     testing = sub.add_parser("testing", help="test helpers").add_subparsers(dest="testing_command", required=True)
     model = testing.add_parser("model-server", help="serve the scripted OpenAI-compatible model (tests, demo)")

@@ -95,6 +95,7 @@ def start_node(tmp_path: Path, hermes: RealHermes, model: ModelServer, **config:
             created = server.hub.accounts.get(name)
             assert created is not None
             accounts[name] = AccountRef(name, created.tenant, created.auth_version)
+        local_only = {k: config.pop(k) for k in ("hermesCredentials", "hermesTokenFile") if k in config}
         fields = parse_registration(
             {"name": "node", "allowedProfiles": list(PROFILES), "hermesURL": hermes.url} | config,
             default_server_url=server.url,
@@ -103,12 +104,12 @@ def start_node(tmp_path: Path, hermes: RealHermes, model: ModelServer, **config:
         node_dir = tmp_path / "node"
         node_dir.mkdir(exist_ok=True)
         extra: dict[str, Any] = {}
-        if "hermesCredentials" not in config:
+        if "hermesCredentials" not in local_only:
             token_file = node_dir / "hermes-token"
             token_file.write_text(hermes.session_token)
             token_file.chmod(0o600)
             extra["hermesTokenFile"] = str(token_file)
-        path = write_config(node_dir, registration.config | extra | config)
+        path = write_config(node_dir, registration.config | extra | local_only)
         runner = RunnerProcess(path, tmp_path / "logs")
         runner.wait_for("runner connected")
         runner_id = registration.runner.id

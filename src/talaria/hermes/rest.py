@@ -33,10 +33,13 @@ class HermesRest:
         *,
         token_file: str | None,
         clock: Clock,
+        credentials: tuple[str, str] | None = None,
         wire: WireClient | None = None,
     ) -> None:
         self.http = wire or WireClient(hermes_url, max_body=MAX_HERMES_BODY_BYTES, timeout=30.0)
-        self.auth = HermesAuth(self.http, hermes_url=hermes_url, token_file=token_file, clock=clock)
+        self.auth = HermesAuth(
+            self.http, hermes_url=hermes_url, token_file=token_file, clock=clock, credentials=credentials
+        )
 
     async def close(self) -> None:
         await self.http.aclose()
@@ -50,7 +53,7 @@ class HermesRest:
         """One request with the session token; a 401 re-authenticates once. Raises ``HermesUnavailable``
         (unreachable, or the token refused twice) and ``ReplyTooLarge``."""
         for attempt in range(2):
-            headers = {"X-Hermes-Session-Token": await self.auth.token()}
+            headers = await self.auth.headers()
             if body is not None:
                 headers["Content-Type"] = "application/json"
             try:
@@ -65,4 +68,4 @@ class HermesRest:
                 self.auth.invalidate()
                 continue
             return RestReply(reply.status, reply.headers, reply.body)
-        raise HermesUnavailable("Hermes refused the session token twice")
+        raise HermesUnavailable("Hermes refused the runner's credential twice")

@@ -206,6 +206,7 @@ class Agent:
                 self.config.hermes_url,
                 token_file=self.config.hermes_token_file,
                 clock=self.clock,
+                credentials=(creds.username, creds.password) if (creds := self.config.hermes_credentials) else None,
             )
         return self._rest
 

@@ -135,14 +135,11 @@ class Gateways:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + READY_TIMEOUT_S
         for attempt in range(2):
-            try:
-                token = await rest.auth.token()
-            except ValueError:  # /api/status answered something that is not JSON
-                raise HermesUnavailable("Hermes' /api/status answer is not JSON") from None
+            credential = await rest.auth.ws_credential()
             try:
                 return await HermesChannel.connect(
                     self.hermes_url,
-                    ("token", token),
+                    credential,
                     on_event=lambda params: self._on_event(channel, params),
                     on_lost=lambda: self._on_lost(channel),
                     ready_timeout=max(0.0, deadline - loop.time()),
@@ -150,8 +147,8 @@ class Gateways:
             except AuthRefused:
                 if attempt == 1:
                     raise
-                rest.auth.invalidate()  # Hermes may have restarted with a new token: read it again once
-        raise HermesUnavailable("Hermes refused the session token")  # pragma: no cover - the loop returns or raises
+                rest.auth.invalidate()  # Hermes may have restarted with a new token: authenticate again once
+        raise HermesUnavailable("Hermes refused the runner's credential")  # pragma: no cover - loop returns
 
     def _drop(self, channel: Channel) -> None:
         """Forget a channel that never opened (ownership released, id tombstoned)."""

@@ -47,6 +47,7 @@ class WireReply:
     status: int
     headers: dict[str, str]  # lower-case names; a repeated header's values joined with ", "
     body: bytes
+    set_cookies: tuple[str, ...] = ()  # each Set-Cookie line apart (their values may hold commas)
 
     @property
     def text(self) -> str:
@@ -183,12 +184,15 @@ class WireClient:
         except ValueError as exc:
             raise WireError("protocol", "malformed status line") from exc
         headers: dict[str, str] = {}
+        cookies: list[str] = []
         for raw in header_lines:
             name, sep, value = raw.partition(b":")
             if not sep:
                 raise WireError("protocol", "malformed header line")
             key = name.strip().lower().decode("latin-1")
             text = value.strip().decode("latin-1")
+            if key == "set-cookie":
+                cookies.append(text)
             headers[key] = f"{headers[key]}, {text}" if key in headers else text
         chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
@@ -198,7 +202,7 @@ class WireClient:
         keep = version == b"HTTP/1.1" and headers.get("connection", "").lower() != "close"
         keep = keep and ("content-length" in headers or chunked)
         headers.pop("transfer-encoding", None)
-        return WireReply(status, headers, content), keep
+        return WireReply(status, headers, content, tuple(cookies)), keep
 
     @staticmethod
     async def _body(reader: asyncio.StreamReader, headers: dict[str, str], chunked: bool, limit: int) -> bytes:

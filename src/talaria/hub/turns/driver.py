@@ -157,8 +157,10 @@ class TurnDriver:
                 frame = await asyncio.wait_for(gateway.events.get(), left)
             except TimeoutError:
                 continue
-            if frame is None:
-                raise TalariaError("runner_connection_closed", "the gateway closed during the turn", status=409)
+            if frame is None:  # the prompt was submitted: the turn may have run, and no reply arrived
+                raise TalariaError(
+                    "runner_command_uncertain", "the connection to Hermes was lost during the turn; it may have run"
+                )
             if frame.get("session_id") not in (None, result.runtime_id):
                 continue
             result.events.append(frame)

@@ -55,3 +55,29 @@ def test_team_tools_whoami_returns_the_server_bound_identity(node: Node) -> None
     identity = json.loads(tool_messages[-1]["content"])
     assert identity["account"] == "alice" and identity["workId"] == "job-7"
     assert identity["source"] == "local" and identity["profile"] == "default"
+
+
+def test_team_tools_bind_in_a_named_profile(node: Node) -> None:
+    from talaria.testing.model_server import ToolSelector, tool_call
+
+    node.model.script(when("work identity", tool_call(ToolSelector("team_", "talaria_whoami"), {}), reply("ok")))
+    result = node.turn("work identity", profile="work", work_id="job-w")
+    assert isinstance(result, TurnResult), result
+    assert result.text == "ok"
+    tool_messages = [m for r in node.model.chat_requests() for m in r.body["messages"] if m.get("role") == "tool"]
+    identity = json.loads(tool_messages[-1]["content"])
+    assert (identity["profile"], identity["workId"]) == ("work", "job-w")
+
+
+def test_admins_see_the_hermes_version_and_plugin_readiness(node: Node) -> None:
+    from tests.conftest import add_account, login
+
+    add_account(node.server, "root", "admin", allowed_profiles={"local": ["default"]})
+    admin = login(node.server, "root")
+    try:
+        body = admin.get(f"/api/admin/runners/{node.runner_id}/hermes").json()
+    finally:
+        admin.close()
+    assert body["hermes"] == {"version": "0.19.0", "authRequired": False}
+    assert body["teamTools"]["ready"] is True, body
+    assert body["teamTools"]["toolSearch"] == "off" and body["teamTools"]["inProcess"] is True

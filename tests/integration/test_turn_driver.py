@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from talaria.hub.runners.state import AccountRef
 from talaria.hub.turns.driver import TurnDriver, TurnResult
 from talaria.testing.hermes_fixture import HermesFixture
 from talaria.testing.hub_server import HubServer
-from tests.conftest import add_account
+from tests.conftest import add_account, login
 from tests.integration.runner_support import RunnerProcess, outcome, spawn, wait_until, write_config
 
 
@@ -118,7 +117,24 @@ def test_a_turn_without_tools_binds_nothing(env: Env) -> None:
     assert env.hermes.binds() == []
 
 
-def test_hermes_status_through_the_runner(env: Env) -> None:
-    status = outcome(env.server, spawn(env.server, env.driver.hermes_status(env.runner_id, env.account)))
-    assert status["version"] == "0.19.0"
-    assert json.dumps(status).find(env.hermes.session_token) == -1
+def test_admins_read_the_node_s_hermes_version_and_team_tool_readiness(env: Env) -> None:
+    add_account(env.server, "root", "admin", allowed_profiles={"local": ["default"]})
+    admin = login(env.server, "root")
+    try:
+        answer = admin.get(f"/api/admin/runners/{env.runner_id}/hermes")
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert body["hermes"] == {"version": "0.19.0", "authRequired": False}
+        assert body["teamTools"]["ready"] is True and body["teamTools"]["missing"] == []
+        env.hermes.knobs.capabilities = env.hermes.knobs.capabilities | {"ready": False, "missing": ["_sessions"]}
+        later = admin.get(f"/api/admin/runners/{env.runner_id}/hermes").json()
+        assert later["teamTools"]["ready"] is False and later["teamTools"]["missing"] == ["_sessions"]
+        assert env.hermes.session_token not in answer.text
+        assert admin.get("/api/admin/runners/00000000-0000-4000-8000-000000000000/hermes").status_code == 404
+    finally:
+        admin.close()
+    user = login(env.server, "alice")
+    try:
+        assert user.get(f"/api/admin/runners/{env.runner_id}/hermes").status_code == 403
+    finally:
+        user.close()

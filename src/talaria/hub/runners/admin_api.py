@@ -16,7 +16,9 @@ from starlette.responses import Response
 from talaria.canonical import canonical_json
 from talaria.errors import TalariaError
 from talaria.hub.deps import AdminDep, HubDep
+from talaria.hub.runners import hermes_probe
 from talaria.hub.runners.registry import RunnerRecord, parse_registration
+from talaria.hub.runners.state import AccountRef
 from talaria.hub.state import Hub
 from talaria.hub.websession import WebRoute
 
@@ -56,3 +58,13 @@ async def disable_runner(runner_id: str, admin: AdminDep, hub: HubDep) -> Respon
         raise TalariaError("not_found", "no such runner")
     hub.runners.disconnect(runner_id, "disabled")
     return _no_store({"ok": True})
+
+
+@router.get("/{runner_id}/hermes")
+async def runner_hermes(runner_id: str, admin: AdminDep, hub: HubDep, profile: str = "default") -> Response:
+    """The node's Hermes version and team-tool readiness, asked through the runner as this admin."""
+    record = await run_in_threadpool(hub.registry.get, runner_id)
+    if record is None or record.tenant != admin.account.tenant:
+        raise TalariaError("not_found", "no such runner")
+    account = AccountRef(admin.account.username, admin.account.tenant, admin.account.auth_version)
+    return _no_store(await hermes_probe.describe(hub.channels, runner_id, account, profile))

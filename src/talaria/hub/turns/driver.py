@@ -12,8 +12,6 @@ serves (a job id, a conversation id) and is what ``talaria_whoami`` reports.
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import time
 import uuid
 from collections.abc import Callable
@@ -23,6 +21,7 @@ from typing import Any
 import structlog
 
 from talaria.errors import TalariaError
+from talaria.hub.runners import hermes_probe
 from talaria.hub.runners.channels import Channels
 from talaria.hub.runners.registry import RunnerRegistry
 from talaria.hub.runners.state import AccountRef, Gateway, Grant
@@ -50,43 +49,21 @@ def run_marker(run_id: str, work_id: str) -> str:
     return f"[talaria-run:{run_id}:{work_id}]"
 
 
-def _json_body(reply: dict[str, Any]) -> Any:
-    try:
-        return json.loads(base64.b64decode(reply.get("body", "")))
-    except ValueError:
-        return None
-
-
 class TurnDriver:
     def __init__(self, channels: Channels, registry: RunnerRegistry) -> None:
         self.channels = channels
         self.registry = registry
 
-    async def hermes_status(self, runner_id: str, account: AccountRef) -> dict[str, Any]:
-        """Hermes' public ``/api/status`` through the runner (version, auth mode)."""
-        reply = await self.channels.http(runner_id, account, "/api/status")
-        body = _json_body(reply)
-        return body if isinstance(body, dict) else {}
-
     async def capabilities(self, runner_id: str, account: AccountRef, profile: str) -> dict[str, Any]:
         """The plugin's capabilities for ``profile``; ``team_tools_unavailable`` unless it is ready."""
-        reply = await self.channels.http(
-            runner_id, account, "/api/plugins/talaria/capabilities", search=f"?profile={profile}", profile=profile
-        )
-        body = _json_body(reply)
-        if (
-            reply.get("status") != 200
-            or not isinstance(body, dict)
-            or body.get("version") != 1
-            or body.get("ready") is not True
-            or body.get("in_process") is not True
-            or body.get("native_tools") is not True
-        ):
-            missing = body.get("missing") if isinstance(body, dict) else None
+        status, body = await hermes_probe.plugin_capabilities(self.channels, runner_id, account, profile)
+        if not hermes_probe.plugin_ready(status, body):
+            missing = body.get("missing") if body is not None else None
             raise TalariaError(
                 "team_tools_unavailable",
-                f"the Talaria plugin on this node is not ready (status {reply.get('status')}, missing {missing})",
+                f"the Talaria plugin on this node is not ready (status {status}, missing {missing})",
             )
+        assert body is not None
         return body
 
     async def run(

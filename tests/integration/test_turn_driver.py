@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,5 +137,44 @@ def test_admins_read_the_node_s_hermes_version_and_team_tool_readiness(env: Env)
     user = login(env.server, "alice")
     try:
         assert user.get(f"/api/admin/runners/{env.runner_id}/hermes").status_code == 403
+    finally:
+        user.close()
+
+
+def sse_events(text: str) -> list[tuple[str, dict[str, Any]]]:
+    events = []
+    for block in text.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        events.append((lines["event"], json.loads(lines["data"])))
+    return events
+
+
+def test_an_admin_test_turn_streams_hermes_events_then_done(env: Env) -> None:
+    add_account(env.server, "root", "admin", allowed_profiles={"local": ["default"]})
+    admin = login(env.server, "root")
+    try:
+        url = f"/api/admin/runners/{env.runner_id}/test-turn"
+        with admin.stream("POST", url, json={"prompt": "ping", "tools": True}) as response:
+            assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+            events = sse_events(response.read().decode())
+        kinds = [kind for kind, _ in events]
+        assert kinds[-1] == "done" and "event" in kinds
+        deltas = "".join(d["payload"]["text"] for k, d in events if k == "event" and d["type"] == "message.delta")
+        done = events[-1][1]
+        assert done["status"] == "complete" and done["text"] == deltas == f"echo: {done['marker']} ping"
+        assert ":test-turn:" in done["marker"]
+        # bad bodies are refused before anything is sent to the node, limits at their edge
+        assert admin.post(url, json={"prompt": "x" * 4000, "tools": False}).status_code == 200
+        bad: list[dict[str, Any]] = [{"prompt": "x" * 4001}, {"prompt": ""}, {"prompt": "hi", "extra": 1},
+                                     {"prompt": "hi", "tools": 1}]  # fmt: skip
+        for body in bad:
+            refused = admin.post(url, json=body)
+            assert refused.status_code == 400 and refused.json()["code"] == "invalid_request", body
+        assert env.hermes.prompt_count("x" * 4001) == 0
+    finally:
+        admin.close()
+    user = login(env.server, "alice")
+    try:
+        assert user.post(f"/api/admin/runners/{env.runner_id}/test-turn", json={"prompt": "hi"}).status_code == 403
     finally:
         user.close()

@@ -6,12 +6,15 @@ download); lists never hold it or its hash.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from talaria.canonical import canonical_json
 from talaria.errors import TalariaError
@@ -20,6 +23,7 @@ from talaria.hub.runners import hermes_probe
 from talaria.hub.runners.registry import RunnerRecord, parse_registration
 from talaria.hub.runners.state import AccountRef
 from talaria.hub.state import Hub
+from talaria.hub.turns.driver import TurnDriver
 from talaria.hub.websession import WebRoute
 
 router = APIRouter(prefix="/api/admin/runners", tags=["runners"], route_class=WebRoute)
@@ -68,3 +72,68 @@ async def runner_hermes(runner_id: str, admin: AdminDep, hub: HubDep, profile: s
         raise TalariaError("not_found", "no such runner")
     account = AccountRef(admin.account.username, admin.account.tenant, admin.account.auth_version)
     return _no_store(await hermes_probe.describe(hub.channels, runner_id, account, profile))
+
+
+MAX_TEST_PROMPT_CHARS = 4000
+
+
+def _test_turn_body(raw: bytes) -> tuple[str, str, bool]:
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise TalariaError("invalid_request", "the body must be a JSON object") from exc
+    if not isinstance(body, dict):
+        raise TalariaError("invalid_request", "the body must be a JSON object")
+    unknown = set(body) - {"prompt", "profile", "tools"}
+    if unknown:
+        raise TalariaError("invalid_request", f"{sorted(unknown)[0]}: not an accepted field")
+    prompt, profile, tools = body.get("prompt"), body.get("profile", "default"), body.get("tools", True)
+    if not isinstance(prompt, str) or not 1 <= len(prompt.strip()) <= MAX_TEST_PROMPT_CHARS:
+        raise TalariaError("invalid_request", f"prompt: a string of 1-{MAX_TEST_PROMPT_CHARS} characters")
+    if not isinstance(profile, str) or not profile:
+        raise TalariaError("invalid_request", "profile: a profile name")
+    if not isinstance(tools, bool):
+        raise TalariaError("invalid_request", "tools: true or false")
+    return prompt, profile, tools
+
+
+def _sse(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: {canonical_json(data).decode()}\n\n".encode()
+
+
+@router.post("/{runner_id}/test-turn")
+async def runner_test_turn(runner_id: str, request: Request, admin: AdminDep, hub: HubDep) -> Response:
+    """One diagnostic Hermes turn on the node as this admin, streamed as server-sent events: ``event``
+    for each Hermes event of the session, then ``done`` with ``{status, text, marker}`` or ``error`` with
+    the canonical error body. The work id is ``test-turn:<uuid>``."""
+    prompt, profile, tools = _test_turn_body(await request.body())
+    record = await run_in_threadpool(hub.registry.get, runner_id)
+    if record is None or record.tenant != admin.account.tenant:
+        raise TalariaError("not_found", "no such runner")
+    account = AccountRef(admin.account.username, admin.account.tenant, admin.account.auth_version)
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+    driver = TurnDriver(hub.channels, hub.registry)
+
+    async def run() -> None:
+        try:
+            result = await driver.run(
+                runner_id=runner_id, account=account, profile=profile, work_id=f"test-turn:{uuid.uuid4()}",
+                prompt=prompt, tools=tools, on_event=lambda frame: queue.put_nowait(_sse("event", frame)),
+            )  # fmt: skip
+            queue.put_nowait(_sse("done", {"status": result.status, "text": result.text, "marker": result.marker}))
+        except TalariaError as exc:
+            queue.put_nowait(_sse("error", exc.body()))
+        finally:
+            queue.put_nowait(None)
+
+    task = asyncio.get_running_loop().create_task(run())
+
+    async def stream() -> AsyncIterator[bytes]:
+        try:
+            while (chunk := await queue.get()) is not None:
+                yield chunk
+        finally:
+            if not task.done():
+                task.cancel()
+
+    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})

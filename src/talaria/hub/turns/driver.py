@@ -86,6 +86,7 @@ class TurnDriver:
         gateway = await self.channels.open_gateway(runner_id, account)
         grant: Grant | None = None
         active = True
+        submitted = finished = False
         try:
             params: dict[str, Any] = {"close_on_disconnect": False}
             if profile != "default":
@@ -110,10 +111,14 @@ class TurnDriver:
                 await self.channels.bind_grant(grant, session)
             started = time.monotonic()
             await self.channels.rpc(gateway, "prompt.submit", {"session_id": runtime_id, "text": f"{marker} {prompt}"})
+            submitted = True
             await self._collect(gateway, result, on_event, deadline=started + timeout_s)
+            finished = True
             return result
         finally:
             active = False
+            if submitted and not finished and gateway.open:  # cancelled or timed out: stop the Hermes turn
+                await self._quietly(self.channels.rpc(gateway, "session.interrupt", {"session_id": runtime_id}))
             if grant is not None:
                 await self._quietly(self.channels.close_grant(grant))
             await self._quietly(self.channels.close_gateway(gateway))

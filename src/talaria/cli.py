@@ -184,7 +184,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_model_server(args: argparse.Namespace) -> int:
     from talaria.testing.model_server import main as model_server
 
-    return model_server(["--host", args.host, "--port", str(args.port)])
+    return model_server(["--host", args.host, "--port", str(args.port), *(["--demo"] if args.demo else [])])
 
 
 def cmd_install_plugin(args: argparse.Namespace) -> int:
@@ -274,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     model = testing.add_parser("model-server", help="serve the scripted OpenAI-compatible model (tests, demo)")
     model.add_argument("--host", default="127.0.0.1")
     model.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    model.add_argument("--demo", action="store_true", help="add the demo's whoami rule")
     model.set_defaults(func=cmd_model_server)
     return parser
 

@@ -158,3 +158,17 @@ def test_the_command_line_serves_until_sigterm() -> None:
         finally:
             process.send_signal(signal.SIGTERM)
             assert process.wait(10) == 0
+
+
+def test_a_reply_can_carry_the_last_tool_result(model: ModelServer) -> None:
+    from talaria.testing.model_server import demo_rule
+
+    model.script(demo_rule())
+    user = {"role": "user", "content": "whoami please"}
+    first = chat(model, [user], stream=False).json()["choices"][0]["message"]
+    assert first["tool_calls"][0]["function"]["name"] == "team_" + "b" * 32
+    call_id = first["tool_calls"][0]["id"]
+    follow = [user, {"role": "assistant", "content": None, "tool_calls": first["tool_calls"]},
+              {"role": "tool", "tool_call_id": call_id, "content": '{"account": "alice"}'}]  # fmt: skip
+    text = streamed_text(sse(chat(model, follow))[0])
+    assert text == 'Talaria says this conversation acts for: {"account": "alice"}'

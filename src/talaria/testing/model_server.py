@@ -10,8 +10,8 @@ one ``Step`` per request of that turn: the n-th request after the user's message
 assistant messages that follow it) gets ``steps[n]``, the last step repeating. Without a rule the
 reply is ``Scripted reply to: <prompt>``. Steps: ``reply(text)``, ``tool_call(tool, arguments)``
 (``tool`` a literal name, emitted even when not offered, or a ``ToolSelector`` over the offered
-tools), ``slow(...)`` delays, ``fail(status, body)``, ``cut()`` (the stream stops mid-way) and
-``hang()`` (no answer until the client gives up).
+tools), ``reply_with_tool_result(prefix)``, ``slow(...)`` delays, ``fail(status, body)``, ``cut()``
+(the stream stops mid-way) and ``hang()`` (no answer until the client gives up).
 
 Every request is logged (method, path, body, tool names offered, last user message) in order;
 ``turn_starts(text)`` counts chat requests that offer tools and end with a user message containing
@@ -83,6 +83,11 @@ def tool_call(tool: str | ToolSelector, arguments: dict[str, Any] | None = None)
 def slow(text: str, *, first_byte_delay_s: float = 0.0, chunk_delay_s: float = 0.05) -> Step:
     """A reply that takes its time: a delay before the first byte and between chunks."""
     return reply(text, first_byte_delay_s=first_byte_delay_s, chunk_delay_s=chunk_delay_s)
+
+
+def reply_with_tool_result(prefix: str) -> Step:
+    """A reply made of ``prefix`` and the content of the last tool message (what the tool answered)."""
+    return Step("tool_echo", text=prefix)
 
 
 def fail(status: int = 500, body: str = '{"error": {"message": "scripted failure"}}') -> Step:
@@ -288,6 +293,9 @@ class ModelServer:
         self._record(LoggedRequest("POST", request.url.path, body, names, last_user, time.time()))
         prompt, position = _turn_position(messages)
         step = self._step_for(prompt, position)
+        if step.kind == "tool_echo":
+            results = [m for m in messages if isinstance(m, dict) and m.get("role") == "tool"]
+            step = reply(step.text + (_text_of(results[-1].get("content")) if results else "(no tool result)"))
         if step.kind == "fail":
             return Response(step.body, status_code=step.status, media_type="application/json")
         if step.kind == "hang":
@@ -362,6 +370,15 @@ class ModelServer:
         yield b"data: [DONE]\n\n"
 
 
+def demo_rule() -> Rule:
+    """``whoami``: call ``talaria_whoami`` (claiming to be someone else), then say what Talaria answered."""
+    return when(
+        "whoami",
+        tool_call(ToolSelector("team_", "talaria_whoami"), {"account": "someone-else", "tenant": "elsewhere"}),
+        reply_with_tool_result("Talaria says this conversation acts for: "),
+    )
+
+
 def _tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
@@ -381,11 +398,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="talaria testing model-server", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--demo", action="store_true", help="add the demo's rule: a prompt with 'whoami' calls "
+                        "the talaria_whoami team tool and replies with what it answered")  # fmt: skip
     args = parser.parse_args(argv)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    with ModelServer(host=args.host, port=args.port) as server:
+    rules = [demo_rule()] if args.demo else []
+    with ModelServer(rules, host=args.host, port=args.port) as server:
         print(f"model server ready: http://{args.host}:{server.port}/v1", flush=True)
         stop.wait()
     return 0

@@ -284,7 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "db" and args.action == "downgrade" and (args.set is None or args.to is None):
         parser.error("db downgrade needs --set NAME --to N --yes")
-    if args.command != "runner":  # the runner keeps to its status lines (and stays light)
+    if args.command == "testing":  # test helpers print their own status lines
+        configure_logging("WARNING")
+    elif args.command != "runner":  # the runner keeps to its status lines (and stays light)
         configure_logging()
     try:
         code: int = args.func(args)

@@ -3,9 +3,11 @@
 Starts ``talaria hub`` (Runtime API on, a per-run proxy secret) on a fresh data directory, creates
 an author and an approver with ``talaria admin create-user``, writes, submits and approves a task
 through the JSON API, runs its job to completion with a signed Runtime API worker, registers an
-execution node and starts ``talaria runner`` against Talaria's Hermes protocol fixture, routes one
-command through it, checks the audit chain with ``talaria audit verify``, and leaves the hub serving
-until Ctrl-C.
+execution node and starts ``talaria runner`` against a real ``hermes serve`` (hermes-agent 0.19.0 from
+``.venv-hermes``, a private home with Talaria's plugin, the scripted model server) or, when Hermes is not
+installed, Talaria's Hermes protocol fixture (and says which), routes one command and one streamed
+test turn (the ``talaria_whoami`` team tool) through it, checks the audit chain with ``talaria audit
+verify``, and leaves the hub serving until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from talaria.testing.real_hermes import HERMES_VERSION, HermesNotInstalled, RealHermes, hermes_bin
 from talaria.testing.runtime_client import RuntimeClient
 
 
@@ -79,30 +83,74 @@ def _stop(process: subprocess.Popen[str]) -> None:
         process.wait(timeout=15)
 
 
-def _execution_node(admin: httpx.Client, user: httpx.Client, data_dir: Path) -> list[subprocess.Popen[str]]:
-    """Register a runner, start the Hermes fixture and the runner, and route one command through them."""
-    registered = _check(
-        admin.post("/api/admin/runners", json={"name": "demo node", "source": "local", "allowedProfiles": ["default"]}),
-        "register a runner",
-    )
-    _step(f"bob registered execution node {registered['runner']['id']} for source local (the token is shown once)")
-    node = data_dir / "node"
-    node.mkdir(mode=0o700)
-    fixture = subprocess.Popen(
-        [sys.executable, "-m", "talaria.testing.fixture_process"], stdout=subprocess.PIPE, text=True
-    )
-    assert fixture.stdout is not None
-    hermes_url, hermes_token = fixture.stdout.readline().split()
-    config = registered["config"] | {"hermesURL": hermes_url}
-    path = node / "runner.json"
+Stop = Callable[[], None]
+
+
+def _popen_stop(process: subprocess.Popen[str]) -> Stop:
+    return lambda: _stop(process)
+
+
+def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
-        json.dump(config, handle, indent=2)
-    _step(f"wrote {path} (mode 600); Hermes here is Talaria's protocol fixture at {hermes_url}")
-    env = dict(os.environ, HERMES_DASHBOARD_SESSION_TOKEN=hermes_token)
-    runner = subprocess.Popen(  # noqa: S603 - our own CLI
-        [sys.executable, "-m", "talaria", "runner", "--config", str(path)], stderr=subprocess.PIPE, text=True, env=env
+        handle.write(text)
+
+
+def _hermes(data_dir: Path, stops: list[Stop]) -> tuple[str, str, str]:
+    """Start the Hermes the node runs against: a real ``hermes serve`` with the scripted model when
+    hermes-agent is installed (``.venv-hermes``), else Talaria's protocol fixture. Returns
+    ``(hermes_url, session_token, what)``."""
+    try:
+        hermes_bin()
+    except HermesNotInstalled as exc:
+        _step(f"real Hermes is not available ({exc})")
+        fixture = subprocess.Popen(
+            [sys.executable, "-m", "talaria.testing.fixture_process"], stdout=subprocess.PIPE, text=True
+        )
+        stops.append(_popen_stop(fixture))
+        assert fixture.stdout is not None
+        url, token = fixture.stdout.readline().split()
+        return url, token, "Talaria's Hermes protocol fixture (the fallback: replies echo the prompt)"
+    model = subprocess.Popen(
+        [sys.executable, "-m", "talaria", "testing", "model-server", "--demo"], stdout=subprocess.PIPE, text=True
     )
+    stops.append(_popen_stop(model))
+    assert model.stdout is not None
+    model_url = model.stdout.readline().strip().split(": ", 1)[1]
+    _step(f"scripted model server (OpenAI-compatible) at {model_url}")
+    hermes = RealHermes(data_dir / "hermes", model_url)
+    stops.append(hermes.stop)
+    started = time.perf_counter()
+    hermes.start()
+    _step(
+        f"hermes serve (hermes-agent {HERMES_VERSION}) ready in {time.perf_counter() - started:.1f} s at {hermes.url}, "
+        f"private home {hermes.home}, Talaria's plugin installed and enabled"
+    )
+    return hermes.url, hermes.session_token, f"real hermes-agent {HERMES_VERSION} with the scripted model"
+
+
+def _execution_node(admin: httpx.Client, user: httpx.Client, data_dir: Path, stops: list[Stop]) -> None:
+    """Start Hermes, register a runner, start it, route one command and run one streamed turn through it.
+    Whatever it starts goes onto ``stops`` (stopped in reverse order), even when a step fails."""
+    hermes_url, hermes_token, what = _hermes(data_dir, stops)
+    registered = _check(
+        admin.post("/api/admin/runners", json={"name": "demo node", "source": "local", "allowedProfiles": ["default"],
+                                               "hermesURL": hermes_url}),
+        "register a runner",
+    )  # fmt: skip
+    runner_id = registered["runner"]["id"]
+    _step(f"bob registered execution node {runner_id} for source local (the token is shown once)")
+    node = data_dir / "node"
+    node.mkdir(mode=0o700)
+    token_file = node / "hermes-token"
+    _write_private(token_file, hermes_token + "\n")
+    path = node / "runner.json"
+    _write_private(path, json.dumps(registered["config"] | {"hermesTokenFile": str(token_file)}, indent=2))
+    _step(f"wrote {path} and {token_file} (mode 600); Hermes here is {what}")
+    runner = subprocess.Popen(  # noqa: S603 - our own CLI
+        [sys.executable, "-m", "talaria", "runner", "--config", str(path)], stderr=subprocess.PIPE, text=True
+    )
+    stops.append(_popen_stop(runner))
     assert runner.stderr is not None
     line = runner.stderr.readline().strip()
     _step(f"talaria runner --config {path}: {line}")
@@ -111,7 +159,34 @@ def _execution_node(admin: httpx.Client, user: httpx.Client, data_dir: Path) -> 
     elapsed = (time.perf_counter() - started) * 1000
     names = ", ".join(p["name"] for p in profiles)
     _step(f"alice listed the node's Hermes profiles through the runner ({names}) in {elapsed:.1f} ms")
-    return [fixture, runner]
+    info = _check(admin.get(f"/api/admin/runners/{runner_id}/hermes"), "describe the node's Hermes")
+    tools = info["teamTools"]
+    _step(f"the node runs Hermes {info['hermes']['version']}; team tools ready: {tools['ready']} {tools['missing']}")
+    prompt = "whoami: who does this conversation act for?"
+    _step(f"bob runs a test turn on the node: {prompt!r} (the reply streams below)")
+    done: dict[str, Any] = {}
+    with admin.stream("POST", f"/api/admin/runners/{runner_id}/test-turn", json={"prompt": prompt},
+                      timeout=180) as response:  # fmt: skip
+        if response.status_code != 200:
+            raise RuntimeError(f"test turn failed: HTTP {response.status_code} {response.read().decode()}")
+        print("    ", end="", flush=True)
+        event, started_text = "", False
+        for raw in response.iter_lines():
+            if raw.startswith("event: "):
+                event = raw[7:]
+            elif raw.startswith("data: "):
+                data = json.loads(raw[6:])
+                if event == "event" and data.get("type") == "message.delta":
+                    text = str(data["payload"].get("text", ""))
+                    text = text if started_text else text.lstrip()  # Hermes may open with blank lines
+                    started_text = started_text or bool(text)
+                    print(text.replace("\n", "\n    "), end="", flush=True)
+                elif event in ("done", "error"):
+                    done = {"event": event, **data}
+        print(flush=True)
+    if done.get("event") != "done":
+        raise RuntimeError(f"the test turn ended with {done}")
+    _step(f"turn {done['status']} (run marker {done['marker']}); the identity above was bound by the hub")
 
 
 def run_demo(*, keep_serving: bool = True, port: int = 0) -> int:
@@ -133,7 +208,7 @@ def run_demo(*, keep_serving: bool = True, port: int = 0) -> int:
     secrets_file.chmod(0o600)
     _step(f"demo passwords are in {secrets_file} (mode 600)")
 
-    processes: list[subprocess.Popen[str]] = []
+    stops: list[Stop] = []
     hub, url = _start_hub(data_dir, port, secret)
     _step(f"hub listening on {url} with the internal Runtime API on (loopback only, signed proxy identity)")
     try:
@@ -179,7 +254,7 @@ def run_demo(*, keep_serving: bool = True, port: int = 0) -> int:
         _step(f"alice sees task {shown['id']} {shown['state']}")
         events = _check(bob.get("/api/audit", params={"job": job["id"]}), "audit")["events"]
         _step(f"{len(events)} audit events for the job, each with its evidence digest")
-        processes = _execution_node(bob, alice, data_dir)
+        _execution_node(bob, alice, data_dir, stops)
         verify = _talaria("audit", "verify", "--data-dir", str(data_dir))
         print((verify.stdout or verify.stderr).strip(), flush=True)
         if verify.returncode != 0:
@@ -190,8 +265,8 @@ def run_demo(*, keep_serving: bool = True, port: int = 0) -> int:
                 hub.wait()
         return 0
     finally:
-        for process in reversed(processes):
-            _stop(process)
+        for stop in reversed(stops):
+            stop()
         if hub.poll() is None:
             hub.send_signal(signal.SIGTERM)
         with contextlib.suppress(KeyboardInterrupt):

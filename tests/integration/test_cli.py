@@ -645,7 +645,22 @@ def test_db_downgrade_of_core_before_lifecycle_is_refused(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-def test_demo_runs_to_completion(tmp_path: Path) -> None:
-    result = talaria("demo", "--exit", cwd=tmp_path, env=clean_env(TMPDIR=str(tmp_path)), timeout=120)
+def test_demo_runs_to_completion_on_real_hermes(tmp_path: Path) -> None:
+    result = talaria("demo", "--exit", cwd=tmp_path, env=clean_env(TMPDIR=str(tmp_path)), timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert "Hermes here is real hermes-agent 0.19.0 with the scripted model" in result.stdout
+    assert "team tools ready: True []" in result.stdout
+    reply = next(line for line in result.stdout.splitlines() if "Talaria says this conversation acts for:" in line)
+    assert '"account":"bob"' in reply and '"workId":"test-turn:' in reply
+    assert "turn complete" in result.stdout
     assert "audit chain OK" in result.stdout
+
+
+@pytest.mark.slow
+def test_demo_falls_back_to_the_fixture_and_says_so(tmp_path: Path) -> None:
+    env = clean_env(TMPDIR=str(tmp_path), TALARIA_HERMES_BIN=str(tmp_path / "no-hermes-here"))
+    result = talaria("demo", "--exit", cwd=tmp_path, env=env, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "real Hermes is not available" in result.stdout and "make hermes" in result.stdout
+    assert "Hermes here is Talaria's Hermes protocol fixture" in result.stdout
+    assert "turn complete" in result.stdout and "audit chain OK" in result.stdout

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from talaria.errors import TalariaError
+from talaria.hub.turns import team_tools
 from talaria.hub.turns.driver import TurnResult
 from talaria.testing.model_server import ModelServer, reply, slow, when
 from talaria.testing.real_hermes import RealHermes
@@ -79,3 +80,44 @@ def test_export_inside_an_artifact_root_works_and_outside_is_refused(export_node
             channels.http(node.runner_id, node.account(), "/api/files/download", search=f"?path={path}")
         )
         assert isinstance(refused, TalariaError) and refused.code == "runner_artifact_forbidden", (path, refused)
+
+
+@pytest.fixture
+def safe_mode_node(tmp_path: Path, model: ModelServer, hermes_executable: Path) -> Iterator[Node]:
+    """A Hermes in safe mode: the plugin's routes load but its hooks do not (hermes.md 8)."""
+    with RealHermes(tmp_path / "hermes", model.base_url, env={"HERMES_SAFE_MODE": "1"}) as hermes:
+        made = start_node(tmp_path, hermes, model)
+        try:
+            yield made
+        finally:
+            made.runner.stop()
+            made.runner.close()
+            made.server.stop()
+
+
+def test_a_plugin_without_its_hooks_is_not_ready_and_nothing_is_bound_or_submitted(safe_mode_node: Node) -> None:
+    node = safe_mode_node
+    result = node.turn("never submitted")
+    assert isinstance(result, TalariaError) and result.code == "team_tools_unavailable", result
+    assert not any("never submitted" in (r.last_user or "") for r in node.model.chat_requests())
+    plain = node.turn("plain turn", tools=False)
+    assert isinstance(plain, TurnResult) and plain.status == "complete"
+    # without the hub's probe, the runner's own capability check refuses the bind
+    session = Session.open(node)
+    payload = {"runtimeId": session.runtime_id, "storedId": session.stored_id}
+
+    async def bind_directly() -> None:
+        channels = node.server.hub.channels
+
+        async def execute(tool_id: str, arguments: dict[str, object]) -> object:
+            raise AssertionError("no tool may run")
+
+        grant = await channels.create_grant(
+            node.runner_id, node.account(), profile="default", work_id="w", session=payload,
+            catalog=team_tools.catalog(), executor=execute, turn_active=lambda: True,
+        )  # fmt: skip
+        await channels.bind_grant(grant, payload)
+
+    refused = node.call(bind_directly())
+    assert isinstance(refused, TalariaError) and refused.code == "team_tools_unavailable", refused
+    session.close()

@@ -63,29 +63,33 @@ class Session:
         )
 
     def wait_idle(self, timeout: float = 60.0) -> dict[str, Any]:
-        """Until ``message.complete`` and the ``session.info`` with ``running: false`` that follows it."""
+        """Until ``message.complete`` and the ``session.info`` with ``running: false`` that follows it; the
+        ``message.complete`` payload."""
+        events = self.collect_until_idle(timeout)
+        complete: dict[str, Any] = next(e["payload"] for e in events if e["type"] == "message.complete")
+        return complete
 
-        async def go() -> dict[str, Any]:
-            complete: dict[str, Any] | None = None
+    def close(self) -> None:
+        self.node.call(self.node.server.hub.channels.close_gateway(self.gateway))
+
+    def collect_until_idle(self, timeout: float = 60.0) -> list[dict[str, Any]]:
+        """Every event of this session up to ``message.complete`` and the idle ``session.info`` after it."""
+
+        async def go() -> list[dict[str, Any]]:
+            seen: list[dict[str, Any]] = []
+            complete = False
             while True:
                 frame = await asyncio.wait_for(self.gateway.events.get(), timeout)
                 assert frame is not None, "the gateway closed"
                 if frame.get("session_id") != self.runtime_id:
                     continue
-                if frame["type"] == "message.complete":
-                    complete = frame["payload"]
-                if (
-                    complete is not None
-                    and frame["type"] == "session.info"
-                    and frame["payload"].get("running") is False
-                ):
-                    return complete
+                seen.append(frame)
+                complete = complete or frame["type"] == "message.complete"
+                if complete and frame["type"] == "session.info" and frame["payload"].get("running") is False:
+                    return seen
 
-        result: dict[str, Any] = self.node.call(go(), timeout=timeout + 5)
+        result: list[dict[str, Any]] = self.node.call(go(), timeout=timeout + 5)
         return result
-
-    def close(self) -> None:
-        self.node.call(self.node.server.hub.channels.close_gateway(self.gateway))
 
     def interrupt(self) -> Any:
         return self.node.call(

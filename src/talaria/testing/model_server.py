@@ -13,7 +13,8 @@ reply is ``Scripted reply to: <prompt>``. Steps: ``reply(text)``, ``tool_call(to
 tools), ``reply_with_tool_result(prefix)``, ``slow(...)`` delays, ``fail(status, body)``, ``cut()``
 (the stream stops mid-way) and ``hang()`` (no answer until the client gives up).
 
-Every request is logged (method, path, body, tool names offered, last user message) in order;
+Hermes' compression summary request (it begins "You are a summarization agent") gets a fixed summary
+before any rule is tried. Every request is logged (method, path, body, tool names offered, last user message) in order;
 ``turn_starts(text)`` counts chat requests that offer tools and end with a user message containing
 ``text`` (Hermes' title requests offer none), and ``wait_for(predicate, timeout)`` waits on the log.
 Thread-safe. ``python -m talaria testing model-server --port P`` runs one from the command line.
@@ -39,6 +40,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 MODEL_ID = "scripted"
+SUMMARY_PREFIX = "You are a summarization agent"  # how Hermes' compression request begins
+SUMMARY_REPLY = "## Summary\nThe conversation so far, summarised by the scripted model."
 CONTEXT_LENGTH = 128_000
 CHUNK_CHARS = 8  # text is streamed in pieces of this many characters
 
@@ -70,14 +73,19 @@ class Step:
     body: str = ""
     first_byte_delay_s: float = 0.0
     chunk_delay_s: float = 0.0
+    prompt_tokens: int | None = None  # reported usage instead of the estimate (large values make Hermes compress)
 
 
 def reply(text: str, *, first_byte_delay_s: float = 0.0, chunk_delay_s: float = 0.0) -> Step:
     return Step("reply", text=text, first_byte_delay_s=first_byte_delay_s, chunk_delay_s=chunk_delay_s)
 
 
-def tool_call(tool: str | ToolSelector, arguments: dict[str, Any] | None = None) -> Step:
-    return Step("tool_call", tool=tool, arguments=dict(arguments or {}))
+def tool_call(
+    tool: str | ToolSelector, arguments: dict[str, Any] | None = None, *, prompt_tokens: int | None = None
+) -> Step:
+    """A call of ``tool``; ``prompt_tokens`` overrides the reported usage (at or above 75 % of the context
+    length, Hermes compresses the conversation once the tool has run)."""
+    return Step("tool_call", tool=tool, arguments=dict(arguments or {}), prompt_tokens=prompt_tokens)
 
 
 def slow(text: str, *, first_byte_delay_s: float = 0.0, chunk_delay_s: float = 0.05) -> Step:
@@ -292,7 +300,9 @@ class ModelServer:
         last_user = _text_of(last.get("content")) if isinstance(last, dict) and last.get("role") == "user" else None
         self._record(LoggedRequest("POST", request.url.path, body, names, last_user, time.time()))
         prompt, position = _turn_position(messages)
-        step = self._step_for(prompt, position)
+        first = _text_of(messages[0].get("content")) if messages and isinstance(messages[0], dict) else ""
+        # Hermes' compression summary quotes the user's prompts: recognise it before any rule can match it
+        step = reply(SUMMARY_REPLY) if first.startswith(SUMMARY_PREFIX) else self._step_for(prompt, position)
         if step.kind == "tool_echo":
             results = [m for m in messages if isinstance(m, dict) and m.get("role") == "tool"]
             step = reply(step.text + (_text_of(results[-1].get("content")) if results else "(no tool result)"))
@@ -304,7 +314,8 @@ class ModelServer:
         if step.first_byte_delay_s:
             await asyncio.sleep(step.first_byte_delay_s)
         call = self._tool_call(step, offered) if step.kind == "tool_call" else None
-        usage = {"prompt_tokens": _tokens(json.dumps(messages)), "completion_tokens": _tokens(step.text) + 1}
+        usage = {"prompt_tokens": step.prompt_tokens or _tokens(json.dumps(messages)),
+                 "completion_tokens": _tokens(step.text) + 1}  # fmt: skip
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         if body.get("stream"):
             return StreamingResponse(self._stream(step, call, usage), media_type="text/event-stream")

@@ -45,6 +45,9 @@ class Settings:
     storage_sqlite_busy_timeout_ms: int = 5000
     storage_sqlite_wal_limit_bytes: int = 67_108_864
     metrics_public: bool = False
+    dispatcher_enabled: bool = True
+    dispatcher_per_runner: int = 2
+    dispatcher_per_hub: int = 16
     profiles: Mapping[str, ProfileOverride] = field(default_factory=dict)
 
     @property
@@ -99,6 +102,9 @@ KEYS: dict[str, tuple[str, type]] = {
     "storage.sqlite_busy_timeout_ms": ("storage_sqlite_busy_timeout_ms", int),
     "storage.sqlite_wal_limit_bytes": ("storage_sqlite_wal_limit_bytes", int),
     "metrics.public": ("metrics_public", bool),
+    "dispatcher.enabled": ("dispatcher_enabled", bool),
+    "dispatcher.per_runner": ("dispatcher_per_runner", int),
+    "dispatcher.per_hub": ("dispatcher_per_hub", int),
 }
 
 _TRUE = {"true", "on", "1"}
@@ -210,6 +216,8 @@ def validate(s: Settings) -> None:
         "lifecycle.reaper_interval_s": s.lifecycle_reaper_interval_s,
         "security.event_rate_per_minute": s.security_event_rate_per_minute,
         "storage.sqlite_wal_limit_bytes": s.storage_sqlite_wal_limit_bytes,
+        "dispatcher.per_runner": s.dispatcher_per_runner,
+        "dispatcher.per_hub": s.dispatcher_per_hub,
     }
     for key, value in positive.items():
         if value < 1:

@@ -89,11 +89,13 @@ def create_app(
         live = opened if opened is not None else await run_in_threadpool(open_hub, settings, clock)
         app.state.hub = live
         live.runners.start()
+        live.dispatcher.start()
         if run_reaper:
             live.reaper.start()
         try:
             yield
         finally:
+            await live.dispatcher.stop()
             await live.runners.stop()
             live.reaper.stop()
             live.store.close()

@@ -9,6 +9,7 @@ import structlog
 from talaria.accounts.service import Accounts
 from talaria.accounts.throttle import LoginThrottle
 from talaria.clock import Clock
+from talaria.hub.dispatch.dispatcher import Dispatcher
 from talaria.hub.metrics import HubMetrics
 from talaria.hub.reaper import Reaper
 from talaria.hub.runners.channels import Channels
@@ -16,6 +17,7 @@ from talaria.hub.runners.hub import RunnerHub
 from talaria.hub.runners.registry import RunnerRegistry
 from talaria.hub.runners.validity import Validity
 from talaria.hub.runtime.security_events import SecurityEvents
+from talaria.hub.turns.driver import TurnDriver
 from talaria.hub.websession import WebSessions, load_secret_key
 from talaria.lifecycle.engine import Engine
 from talaria.lifecycle.recovery import RecoveryReport
@@ -44,6 +46,7 @@ class Hub:
     validity: Validity
     runners: RunnerHub
     channels: Channels
+    dispatcher: Dispatcher
 
     def tick(self) -> None:
         """One reaper sweep."""
@@ -70,6 +73,13 @@ def open_hub(settings: Settings, clock: Clock) -> Hub:
         raise
     runners = RunnerHub(clock, Validity(store), observe=metrics.observe_command)
     metrics.watch_runners(runners)
+    registry = RunnerRegistry(store, clock)
+    channels = Channels(runners)
+    dispatcher = Dispatcher(
+        engine=engine, store=store, clock=clock, settings=settings, registry=registry, runners=runners,
+        driver=TurnDriver(channels, registry),
+    )  # fmt: skip
+    engine.add_listener(dispatcher.on_signal)
     hub = Hub(
         settings=settings,
         clock=clock,
@@ -82,10 +92,11 @@ def open_hub(settings: Settings, clock: Clock) -> Hub:
         metrics=metrics,
         reaper=Reaper(lambda: None, settings.lifecycle_reaper_interval_s),
         recovery=report,
-        registry=RunnerRegistry(store, clock),
+        registry=registry,
         validity=runners.validity,
         runners=runners,
-        channels=Channels(runners),
+        channels=channels,
+        dispatcher=dispatcher,
     )
     hub.reaper = Reaper(hub.tick, settings.lifecycle_reaper_interval_s)
     return hub

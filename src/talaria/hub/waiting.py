@@ -11,9 +11,23 @@ if TYPE_CHECKING:
 
 
 def waiting_reason(hub: Hub, job: Row) -> str | None:
-    """Execution nodes arrive with the runner protocol; until then only Runtime API workers run jobs."""
+    """A sentence for people: which execution node would run the job and what it is waiting for."""
     if job["state"] != "QUEUED":
         return None
-    if hub.settings.runtime_api_enabled:
-        return f"waiting for a Runtime API worker to claim it (no execution node serves cell {job['cell']})"
-    return f"no execution node serves cell {job['cell']} and the Runtime API is off"
+    cell, profile = job["cell"], job["profile"]
+    record = hub.registry.for_source(job["tenant"], cell)
+    workers = " or a Runtime API worker" if hub.settings.runtime_api_enabled else ""
+    if record is None:
+        if hub.settings.runtime_api_enabled:
+            return f"waiting for a Runtime API worker (no execution node serves cell {cell})"
+        return f"no execution node serves cell {cell} and the Runtime API is off"
+    if profile not in record.allowed_profiles:
+        return f"execution node {record.name!r} for cell {cell} does not allow profile {profile}"
+    if record.id not in hub.runners.states:
+        return f"waiting for execution node {record.name!r} (cell {cell}) to connect{workers}"
+    if not hub.settings.dispatcher_enabled:
+        return f"the hub's dispatcher is off; waiting for a Runtime API worker (cell {cell})"
+    busy = hub.dispatcher.per_runner.get(record.id, 0) >= hub.settings.dispatcher_per_runner
+    if busy or len(hub.dispatcher.running) >= hub.settings.dispatcher_per_hub:
+        return f"execution node {record.name!r} is busy; the job runs when a slot frees"
+    return f"about to run on execution node {record.name!r}"

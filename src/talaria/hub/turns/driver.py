@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -43,6 +43,16 @@ class TurnResult:
 
     def deltas(self) -> list[str]:
         return [str(e.get("payload", {}).get("text", "")) for e in self.events if e.get("type") == "message.delta"]
+
+
+@dataclass
+class TurnHooks:
+    """Calls around ``prompt.submit``: ``before_submit(result)`` must have durably recorded where the turn
+    goes before it returns (an exception stops the turn, nothing submitted); ``after_submit(result)``
+    runs once Hermes accepted the prompt."""
+
+    before_submit: Callable[[TurnResult], Awaitable[None]] | None = None
+    after_submit: Callable[[TurnResult], Awaitable[None]] | None = None
 
 
 def run_marker(run_id: str, work_id: str) -> str:
@@ -78,6 +88,7 @@ class TurnDriver:
         tools: bool = True,
         on_event: Callable[[dict[str, Any]], None] | None = None,
         timeout_s: float = TURN_TIMEOUT_S,
+        hooks: TurnHooks | None = None,
     ) -> TurnResult:
         record = self.registry.get(runner_id)
         if record is None:
@@ -110,8 +121,12 @@ class TurnDriver:
                 )  # fmt: skip
                 await self.channels.bind_grant(grant, session)
             started = time.monotonic()
+            if hooks is not None and hooks.before_submit is not None:
+                await hooks.before_submit(result)
             await self.channels.rpc(gateway, "prompt.submit", {"session_id": runtime_id, "text": f"{marker} {prompt}"})
             submitted = True
+            if hooks is not None and hooks.after_submit is not None:
+                await hooks.after_submit(result)
             await self._collect(gateway, result, on_event, deadline=started + timeout_s)
             finished = True
             return result

@@ -1,0 +1,383 @@
+"""The in-process dispatcher (lifecycle.md 1; the dispatcher issue).
+
+A worker of the lifecycle engine, principal ``lifecycle.dispatcher_principal``, role ``runtime``, one fresh
+``worker_instance`` per hub process. It claims QUEUED jobs whose cell is the source of a connected, enabled
+runner that allows the job's profile, starts them, heartbeats while the turn streams, and completes or fails
+them, always through the engine calls the Runtime API uses (full bindings, idempotency keys); it never
+writes job rows itself. At most ``dispatcher.per_runner`` jobs per runner and ``dispatcher.per_hub`` in all;
+runners are visited in a rotating order, tenant by tenant, so one busy tenant cannot starve the others.
+
+A job's runner commands are attributed to its task's author. Before ``prompt.submit`` the dispatcher records
+the turn in ``job_turn`` (``JobTurns``); an attempt that finds a ``submitting``/``submitted`` row never
+submits again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from talaria.canonical import digest, sha256_hex
+from talaria.clock import Clock
+from talaria.errors import TalariaError
+from talaria.hub.dispatch.job_turns import FINISHED, SUBMITTED, JobTurn, JobTurns
+from talaria.hub.runners.hub import RunnerHub
+from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
+from talaria.hub.runners.state import AccountRef
+from talaria.hub.turns.driver import TurnDriver, TurnHooks, TurnResult
+from talaria.lifecycle.actor import RUNTIME, Actor, username_of
+from talaria.lifecycle.binding import Binding
+from talaria.lifecycle.context import IdemRequest
+from talaria.lifecycle.engine import Engine
+from talaria.settings import Settings
+from talaria.store.interface import Store
+
+log = structlog.get_logger("talaria.dispatcher")
+
+SCAN_INTERVAL_S = 1.0
+SUMMARY_CHARS = 200
+# Codes a job fails with when it cannot finish; all are final (retryable false).
+NOT_ADMITTED = "runner_command_not_admitted"
+UNCERTAIN = "runner_command_uncertain"
+TARGET_CHANGED = "runner_target_changed"
+HERMES_ERROR = "hermes_error"
+
+
+@dataclass
+class Lease:
+    job_id: str
+    binding: Binding
+    lease_id: str
+    lease_epoch: int
+    attempt: int
+
+
+class JobFailed(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message[:1000]
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        store: Store,
+        clock: Clock,
+        settings: Settings,
+        registry: RunnerRegistry,
+        runners: RunnerHub,
+        driver: TurnDriver,
+    ) -> None:
+        self.engine = engine
+        self.store = store
+        self.clock = clock
+        self.settings = settings
+        self.registry = registry
+        self.runners = runners
+        self.driver = driver
+        self.turns = JobTurns(store, clock)
+        self.worker_instance = f"hub-{uuid.uuid4()}"
+        self.running: dict[str, asyncio.Task[None]] = {}  # job id -> its task
+        self.per_runner: defaultdict[str, int] = defaultdict(int)
+        self.cancels: dict[str, asyncio.Event] = {}
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._loop_ref: asyncio.AbstractEventLoop | None = None
+        self._rotation = 0
+
+    # --- lifecycle -------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.settings.dispatcher_enabled and self._loop_task is None:
+            self._loop_ref = asyncio.get_running_loop()
+            self._loop_task = self._loop_ref.create_task(self._loop())
+
+    async def stop(self) -> None:
+        self._loop_ref = None
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+            self._loop_task = None
+        for task in list(self.running.values()):
+            task.cancel()
+        if self.running:
+            await asyncio.wait(list(self.running.values()), timeout=10)
+
+    def wake(self) -> None:
+        """Scan now (a job was queued, a runner connected, a slot freed)."""
+        self._wake.set()
+
+    def actor(self, tenant: str) -> Actor:
+        return Actor(self.settings.lifecycle_dispatcher_principal, frozenset({RUNTIME}), "in_process", tenant)
+
+    # --- scheduling ------------------------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), SCAN_INTERVAL_S)
+            self._wake.clear()
+            try:
+                await self.scan()
+            except Exception:  # a bad scan must not end the dispatcher
+                log.exception("dispatcher_scan_failed")
+
+    async def scan(self) -> int:
+        """Claim what can run now; returns the number of jobs started."""
+        free = self.settings.dispatcher_per_hub - len(self.running)
+        if free <= 0:
+            return 0
+        records = [r for r in await asyncio.to_thread(self._connected_records) if r.enabled]
+        by_tenant: defaultdict[str, list[RunnerRecord]] = defaultdict(list)
+        for record in records:
+            by_tenant[record.tenant].append(record)
+        tenants = sorted(by_tenant)
+        if not tenants:
+            return 0
+        self._rotation += 1
+        order = tenants[self._rotation % len(tenants) :] + tenants[: self._rotation % len(tenants)]
+        started = 0
+        progress = True
+        while free > 0 and progress:  # one job per tenant per round: fair across tenants
+            progress = False
+            for tenant in order:
+                for record in by_tenant[tenant]:
+                    if free <= 0 or self.per_runner[record.id] >= self.settings.dispatcher_per_runner:
+                        continue
+                    job = await asyncio.to_thread(self._next_job, record)
+                    if job is None:
+                        continue
+                    self._launch(record, job)
+                    started += 1
+                    free -= 1
+                    progress = True
+                    break
+        return started
+
+    def _connected_records(self) -> list[RunnerRecord]:
+        out = []
+        for runner_id in list(self.runners.states):
+            record = self.registry.get(runner_id)
+            if record is not None:
+                out.append(record)
+        return out
+
+    def _next_job(self, record: RunnerRecord) -> dict[str, Any] | None:
+        actor = self.actor(record.tenant)
+        for profile in record.allowed_profiles:
+            found = self.engine.discover(
+                actor, tenant=record.tenant, cell=record.source, profile=profile, limit=100
+            ).data["jobs"]
+            for job in found:
+                if job["binding"]["job"] not in self.running:
+                    return dict(job)
+        return None
+
+    def _launch(self, record: RunnerRecord, job: dict[str, Any]) -> None:
+        job_id = job["binding"]["job"]
+        self.per_runner[record.id] += 1
+        task = asyncio.get_running_loop().create_task(self._run_job(record, job))
+        self.running[job_id] = task
+
+        def done(_: asyncio.Task[None]) -> None:
+            self.running.pop(job_id, None)
+            self.per_runner[record.id] -= 1
+            self.wake()
+
+        task.add_done_callback(done)
+
+    # --- one job ---------------------------------------------------------------------------------------------
+
+    def _idem(self, job_id: str, attempt: int, op: str, body: dict[str, Any]) -> IdemRequest:
+        key = f"{self.worker_instance}:{job_id}:{attempt}:{op}"
+        return IdemRequest(sha256_hex(key), digest(body))
+
+    def _claim(self, record: RunnerRecord, job: dict[str, Any]) -> Lease | None:
+        actor = self.actor(record.tenant)
+        binding = Binding.parse(job["binding"])
+        body = {"binding": binding.as_dict(), "worker_instance": self.worker_instance}
+        try:
+            claimed = self.engine.claim(
+                actor, job_id=binding.job, binding=binding, worker_instance=self.worker_instance,
+                idem=self._idem(binding.job, int(job["attempt"]) + 1, "claim", body),
+            ).data  # fmt: skip
+        except TalariaError as exc:
+            log.info("dispatcher_claim_refused", job=binding.job, code=exc.code)
+            return None
+        lease = claimed["lease"]
+        return Lease(binding.job, binding, lease["lease_id"], int(lease["lease_epoch"]), int(claimed["attempt"]))
+
+    def _lease_call(self, op: str, lease: Lease, **extra: Any) -> dict[str, Any]:
+        actor = self.actor(lease.binding.tenant)
+        body = {"binding": lease.binding.as_dict(), "lease_id": lease.lease_id, "lease_epoch": lease.lease_epoch}
+        body |= extra
+        idem = self._idem(lease.job_id, lease.attempt, f"{op}:{self.clock.now_ms()}" if op == "heartbeat" else op, body)
+        common: dict[str, Any] = {
+            "job_id": lease.job_id, "binding": lease.binding, "lease_id": lease.lease_id,
+            "lease_epoch": lease.lease_epoch, "idem": idem,
+        }  # fmt: skip
+        method = getattr(self.engine, op)
+        data: dict[str, Any] = method(actor, **common, **extra).data
+        return data
+
+    def _author(self, binding: Binding) -> AccountRef:
+        with self.store.read() as tx:
+            task = tx.one("task_get", tenant=binding.tenant, id=binding.task)
+            account = tx.one("account_get", username=username_of(task["created_by"]) if task else "")
+        if task is None or account is None:
+            raise JobFailed(NOT_ADMITTED, "the task's author no longer exists")
+        return AccountRef(str(account["username"]), str(account["tenant"]), int(account["auth_version"]))
+
+    def _prompt(self, binding: Binding) -> str:
+        with self.store.read() as tx:
+            task = tx.one("task_get", tenant=binding.tenant, id=binding.task)
+        spec = json.loads(task["spec"]) if task else {}
+        prompt = spec.get("prompt") if isinstance(spec, dict) else None
+        if not isinstance(prompt, str) or not prompt:
+            raise JobFailed(NOT_ADMITTED, "the task has no prompt")
+        return prompt
+
+    async def _run_job(self, record: RunnerRecord, job: dict[str, Any]) -> None:
+        lease = await asyncio.to_thread(self._claim, record, job)
+        if lease is None:
+            return
+        cancel = self.cancels.setdefault(lease.job_id, asyncio.Event())
+        heartbeat: asyncio.Task[None] | None = None
+        try:
+            author = await asyncio.to_thread(self._author, lease.binding)
+            await asyncio.to_thread(self._lease_call, "start", lease)
+            heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(lease, cancel))
+            previous = await asyncio.to_thread(self.turns.get, lease.job_id)
+            if previous is not None and previous.state != FINISHED:
+                if previous.runner_id != record.id:
+                    raise JobFailed(TARGET_CHANGED, "the source's runner changed since the prompt was submitted")
+                raise JobFailed(UNCERTAIN, "an earlier attempt submitted this prompt; it is never submitted again")
+            result = await self._turn_or_cancel(record, lease, author, cancel)
+            if result is None:
+                await asyncio.to_thread(self._lease_call, "cancel", lease, reason="cancel requested by an admin")
+                return
+            if result.status == "error":
+                raise JobFailed(HERMES_ERROR, result.text or "Hermes ended the turn with an error")
+            if result.status != "complete":
+                raise JobFailed(UNCERTAIN, f"the turn ended {result.status}")
+            reply = {
+                "outputs": {"reply": result.text, "storedSessionId": result.stored_id},
+                "artifacts": [],
+                "summary": result.text[:SUMMARY_CHARS],
+            }
+            await asyncio.to_thread(self._lease_call, "complete", lease, result=reply)
+        except JobFailed as failed:
+            await self._fail(lease, failed.code, failed.message)
+        except TalariaError as exc:
+            # nothing submitted: definitely not run; submitted: it may have run (recovery never resubmits)
+            code = UNCERTAIN if await self._submitted(lease) else NOT_ADMITTED
+            await self._fail(lease, code, exc.message)
+        except Exception as exc:  # a bug must still end the job, never leave it running until its lease dies
+            log.exception("dispatcher_job_failed", job=lease.job_id)
+            code = UNCERTAIN if await self._submitted(lease) else NOT_ADMITTED
+            await self._fail(lease, code, f"the dispatcher failed: {type(exc).__name__}")
+        finally:
+            self.cancels.pop(lease.job_id, None)
+            if heartbeat is not None:
+                heartbeat.cancel()
+
+    async def _turn_or_cancel(
+        self, record: RunnerRecord, lease: Lease, author: AccountRef, cancel: asyncio.Event
+    ) -> TurnResult | None:
+        """The job's turn; None when a cancel request overtook it (the driver interrupts a submitted turn).
+        While the runner is offline before anything was submitted, wait for it (the lease's maximum life
+        bounds the wait: the reaper ends the lease)."""
+        while True:
+            turn = asyncio.get_running_loop().create_task(self._turn(record, lease, author))
+            cancelled = asyncio.get_running_loop().create_task(cancel.wait())
+            try:
+                await asyncio.wait({turn, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                cancelled.cancel()
+            if not turn.done():
+                turn.cancel()
+                with contextlib.suppress(asyncio.CancelledError, TalariaError):
+                    await turn
+                return None
+            try:
+                return turn.result()
+            except TalariaError as exc:
+                if exc.code != "runner_offline" or await self._submitted(lease):
+                    raise
+            await self._until_online(record.id, cancel)
+            if cancel.is_set():
+                return None
+
+    async def _until_online(self, runner_id: str, cancel: asyncio.Event) -> None:
+        while runner_id not in self.runners.states and not cancel.is_set():
+            await asyncio.sleep(0.2)
+
+    async def _submitted(self, lease: Lease) -> bool:
+        """Whether a turn was recorded for the job (then the prompt may have reached Hermes)."""
+        return await asyncio.to_thread(self.turns.get, lease.job_id) is not None
+
+    def on_signal(self, signal: str, job_id: str) -> None:
+        """Engine listener (any thread): wake on new work, and pass a cancel request to its job at once."""
+        loop = self._loop_ref
+        if loop is None or loop.is_closed():
+            return
+        if signal in ("enqueued", "requeued"):
+            loop.call_soon_threadsafe(self._wake.set)
+        elif signal == "cancel_requested":
+            loop.call_soon_threadsafe(self._cancel_requested, job_id)
+
+    def _cancel_requested(self, job_id: str) -> None:
+        event = self.cancels.get(job_id)
+        if event is not None:
+            event.set()
+
+    async def _turn(self, record: RunnerRecord, lease: Lease, author: AccountRef) -> TurnResult:
+        prompt = await asyncio.to_thread(self._prompt, lease.binding)
+
+        async def before_submit(result: TurnResult) -> None:
+            turn = JobTurn(
+                job_id=lease.job_id, tenant=lease.binding.tenant, attempt=lease.attempt, runner_id=record.id,
+                profile=lease.binding.profile, stored_session_id=result.stored_id, marker=result.marker,
+                state="submitting",
+            )  # fmt: skip
+            await asyncio.to_thread(self.turns.begin, turn)
+
+        async def after_submit(result: TurnResult) -> None:
+            await asyncio.to_thread(self.turns.mark, lease.job_id, SUBMITTED, result.stored_id)
+
+        result = await self.driver.run(
+            runner_id=record.id, account=author, profile=lease.binding.profile, work_id=lease.job_id,
+            prompt=prompt, run_id=lease.binding.run, tools=False,
+            hooks=TurnHooks(before_submit=before_submit, after_submit=after_submit),
+        )  # fmt: skip
+        await asyncio.to_thread(self.turns.mark, lease.job_id, FINISHED, result.stored_id)
+        return result
+
+    async def _heartbeat(self, lease: Lease, cancel: asyncio.Event) -> None:
+        while True:
+            await asyncio.sleep(self.settings.lifecycle_heartbeat_interval_s)
+            try:
+                beat = await asyncio.to_thread(self._lease_call, "heartbeat", lease, progress=None)
+            except TalariaError as exc:
+                log.info("dispatcher_heartbeat_refused", job=lease.job_id, code=exc.code)
+                return
+            if beat.get("cancel_requested"):
+                cancel.set()
+
+    async def _fail(self, lease: Lease, code: str, message: str) -> None:
+        error = {"code": code, "message": message[:1000], "retryable": False}
+        try:
+            await asyncio.to_thread(self._lease_call, "fail", lease, error=error)
+        except TalariaError as exc:
+            log.info("dispatcher_fail_refused", job=lease.job_id, code=exc.code)

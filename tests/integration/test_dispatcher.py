@@ -1,0 +1,142 @@
+"""The in-process dispatcher with the Hermes fixture, over real sockets: an approved task runs on the node and
+its job ends SUCCEEDED with the reply; a job whose author lost the profile fails runner_command_not_admitted
+without the prompt reaching Hermes; an admin cancel interrupts the turn."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from talaria.clock import SystemClock
+from talaria.hub.runners.registry import parse_registration
+from talaria.testing.hermes_fixture import HermesFixture
+from talaria.testing.hub_server import HubServer
+from tests.conftest import add_account, login
+from tests.integration.runner_support import RunnerProcess, write_config
+
+
+@dataclass
+class Env:
+    server: HubServer
+    hermes: HermesFixture
+    alice: httpx.Client
+    bob: httpx.Client
+    tmp: Path
+    config_path: Path
+    runner: RunnerProcess | None = None
+
+    def start_runner(self) -> None:
+        self.runner = RunnerProcess(self.config_path, self.tmp / "logs", name=f"runner-{time.monotonic_ns()}")
+        self.runner.wait_for("runner connected")
+
+    def approved_job(self, prompt: str) -> dict[str, Any]:
+        body = {"title": "a task", "prompt": prompt, "cell": "local", "profile": "default"}
+        task = self.alice.post("/api/tasks", json=body).json()["task"]
+        assert self.alice.post(f"/api/tasks/{task['id']}/submit").status_code == 200
+        approved = self.bob.post(f"/api/tasks/{task['id']}/approve")
+        assert approved.status_code == 200, approved.text
+        job: dict[str, Any] = approved.json()["job"]
+        return job
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        found: dict[str, Any] = self.bob.get(f"/api/jobs/{job_id}").json()["job"]
+        return found
+
+    def wait_job(self, job_id: str, predicate: Callable[[dict[str, Any]], bool], timeout: float = 30) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if predicate(job):
+                return job
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job_id} is {job['state']}: {job}")
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    with HermesFixture() as hermes:
+        server = HubServer(tmp_path / "data", SystemClock(), lifecycle_heartbeat_interval_s=1).start()
+        made: Env | None = None
+        try:
+            add_account(server, "alice", allowed_profiles={"local": ["default"]})
+            add_account(server, "bob", "admin", allowed_profiles={"local": ["default"]})
+            fields = parse_registration(
+                {"name": "node", "allowedProfiles": ["default"], "hermesURL": hermes.url}, default_server_url=server.url
+            )
+            registration = server.hub.registry.register("default", fields)
+            token_file = tmp_path / "node" / "hermes-token"
+            token_file.parent.mkdir()
+            token_file.write_text(hermes.session_token)
+            token_file.chmod(0o600)
+            path = write_config(tmp_path / "node", registration.config | {"hermesTokenFile": str(token_file)})
+            made = Env(server, hermes, login(server, "alice"), login(server, "bob"), tmp_path, path)
+            yield made
+        finally:
+            if made is not None:
+                if made.runner is not None:
+                    if made.runner.proc.poll() is None:
+                        made.runner.stop()
+                    made.runner.close()
+                made.alice.close()
+                made.bob.close()
+            server.stop()
+
+
+def test_an_approved_task_runs_on_the_node_and_its_job_succeeds_with_the_reply(env: Env) -> None:
+    env.start_runner()
+    job = env.approved_job("Summarise notes.md in five lines")
+    done = env.wait_job(job["id"], lambda j: j["state"] == "SUCCEEDED")
+    reply = done["result"]["outputs"]["reply"]
+    assert reply.startswith("echo: [talaria-run:") and reply.endswith(f":{job['id']}] Summarise notes.md in five lines")
+    assert done["result"]["summary"] == reply[:200]
+    assert done["result"]["artifacts"] == []
+    assert done["result"]["outputs"]["storedSessionId"]
+    assert done["lease"] is None and done["attempt"] == 1
+    marker = reply.removeprefix("echo: ").split("] ", 1)[0] + "]"
+    assert env.hermes.prompt_count(marker) == 1
+    task = env.alice.get(f"/api/tasks/{job['taskId']}").json()["task"]
+    assert task["state"] == "SUCCEEDED"
+    assert env.bob.get("/api/audit/verify").json()["ok"] is True
+    events = env.bob.get("/api/audit", params={"job": job["id"]}).json()["events"]
+    actors = {e["actor"]["principal"] for e in events if e["type"].startswith("hermes.job.")}
+    assert "talaria-hub" in actors
+
+
+def test_a_job_whose_author_lost_the_profile_fails_not_admitted_and_hermes_never_sees_it(env: Env) -> None:
+    job = env.approved_job("secret plan")  # no runner connected yet: the job waits, queued
+    time.sleep(1.5)  # a few dispatcher scans
+    queued = env.job(job["id"])
+    assert queued["state"] == "QUEUED"
+    assert queued["waitingReason"] == "waiting for execution node 'node' (cell local) to connect"
+    changed = env.bob.patch("/api/admin/accounts/alice", json={"allowedProfiles": {"local": []}})
+    assert changed.status_code == 200, changed.text
+    env.start_runner()
+    failed = env.wait_job(job["id"], lambda j: j["state"] == "FAILED")
+    assert failed["result"]["code"] == "runner_command_not_admitted"
+    assert failed["result"]["retryable"] is False
+    assert failed["terminal"]["reasonCode"] == "runner_command_not_admitted"
+    assert env.hermes.prompt_count("secret plan") == 0
+
+
+def test_an_admin_cancel_interrupts_the_turn_and_the_job_ends_cancelled(env: Env) -> None:
+    env.hermes.knobs.delta_count = 50
+    env.hermes.knobs.delta_delay = 0.5  # a 25 s turn
+    env.start_runner()
+    job = env.approved_job("a long essay")
+    env.wait_job(job["id"], lambda j: j["state"] == "RUNNING")
+    deadline = time.monotonic() + 10
+    while env.hermes.prompt_count("a long essay") == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    asked = time.monotonic()
+    assert env.bob.post(f"/api/jobs/{job['id']}/cancel", json={"reason": "changed my mind"}).status_code == 200
+    cancelled = env.wait_job(job["id"], lambda j: j["state"] == "CANCELLED", timeout=5)
+    assert time.monotonic() - asked < 5
+    assert cancelled["terminal"]["kind"] == "CANCELLED"
+    assert next(t for t in env.hermes.turns() if "a long essay" in t.text).status == "interrupted"

@@ -37,7 +37,7 @@ def test_a_turn_streams_deltas_to_message_complete_and_the_history_holds_it(node
     assert result.stored_id
     rows = history(node, result.stored_id)
     users = [r for r in rows if r["role"] == "user"]
-    assert users and users[-1]["content"] == f"{result.marker} tell me a story"
+    assert users and users[-1]["content"] == f"tell me a story\n{result.marker}"
     assert rows[-1]["role"] == "assistant" and rows[-1]["content"] == result.text
 
 

@@ -32,6 +32,8 @@ class Env:
     runner: RunnerProcess | None = None
 
     def start_runner(self) -> None:
+        if self.runner is not None:
+            self.runner.close()  # the previous one (stopped, killed or disabled) releases its files
         self.runner = RunnerProcess(self.config_path, self.tmp / "logs", name=f"runner-{time.monotonic_ns()}")
         self.runner.wait_for("runner connected")
 
@@ -43,6 +45,14 @@ class Env:
         assert approved.status_code == 200, approved.text
         job: dict[str, Any] = approved.json()["job"]
         return job
+
+    def close(self) -> None:
+        if self.runner is not None:
+            if self.runner.proc.poll() is None:
+                self.runner.stop()
+            self.runner.close()
+        self.alice.close()
+        self.bob.close()
 
     def job(self, job_id: str) -> dict[str, Any]:
         found: dict[str, Any] = self.bob.get(f"/api/jobs/{job_id}").json()["job"]
@@ -59,33 +69,37 @@ class Env:
             time.sleep(0.05)
 
 
+def register_node(server: HubServer, hermes: HermesFixture, directory: Path) -> Path:
+    """Register a runner for source ``local`` and write its runner.json (with a Hermes token file)."""
+    fields = parse_registration(
+        {"name": "node", "allowedProfiles": ["default"], "hermesURL": hermes.url}, default_server_url=server.url
+    )
+    registration = server.hub.registry.register("default", fields)
+    directory.mkdir(parents=True)
+    token_file = directory / "hermes-token"
+    token_file.write_text(hermes.session_token)
+    token_file.chmod(0o600)
+    return write_config(directory, registration.config | {"hermesTokenFile": str(token_file)})
+
+
+def prepared(server: HubServer, hermes: HermesFixture, tmp_path: Path) -> Env:
+    add_account(server, "alice", allowed_profiles={"local": ["default"]})
+    add_account(server, "bob", "admin", allowed_profiles={"local": ["default"]})
+    path = register_node(server, hermes, tmp_path / "node")
+    return Env(server, hermes, login(server, "alice"), login(server, "bob"), tmp_path, path)
+
+
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[Env]:
     with HermesFixture() as hermes:
         server = HubServer(tmp_path / "data", SystemClock(), lifecycle_heartbeat_interval_s=1).start()
         made: Env | None = None
         try:
-            add_account(server, "alice", allowed_profiles={"local": ["default"]})
-            add_account(server, "bob", "admin", allowed_profiles={"local": ["default"]})
-            fields = parse_registration(
-                {"name": "node", "allowedProfiles": ["default"], "hermesURL": hermes.url}, default_server_url=server.url
-            )
-            registration = server.hub.registry.register("default", fields)
-            token_file = tmp_path / "node" / "hermes-token"
-            token_file.parent.mkdir()
-            token_file.write_text(hermes.session_token)
-            token_file.chmod(0o600)
-            path = write_config(tmp_path / "node", registration.config | {"hermesTokenFile": str(token_file)})
-            made = Env(server, hermes, login(server, "alice"), login(server, "bob"), tmp_path, path)
+            made = prepared(server, hermes, tmp_path)
             yield made
         finally:
             if made is not None:
-                if made.runner is not None:
-                    if made.runner.proc.poll() is None:
-                        made.runner.stop()
-                    made.runner.close()
-                made.alice.close()
-                made.bob.close()
+                made.close()
             server.stop()
 
 
@@ -94,12 +108,13 @@ def test_an_approved_task_runs_on_the_node_and_its_job_succeeds_with_the_reply(e
     job = env.approved_job("Summarise notes.md in five lines")
     done = env.wait_job(job["id"], lambda j: j["state"] == "SUCCEEDED")
     reply = done["result"]["outputs"]["reply"]
-    assert reply.startswith("echo: [talaria-run:") and reply.endswith(f":{job['id']}] Summarise notes.md in five lines")
+    assert reply.startswith("echo: Summarise notes.md in five lines\n[talaria-run:")
+    assert reply.endswith(f":{job['id']}]")
     assert done["result"]["summary"] == reply[:200]
     assert done["result"]["artifacts"] == []
     assert done["result"]["outputs"]["storedSessionId"]
     assert done["lease"] is None and done["attempt"] == 1
-    marker = reply.removeprefix("echo: ").split("] ", 1)[0] + "]"
+    marker = reply.rsplit("\n", 1)[1]
     assert env.hermes.prompt_count(marker) == 1
     task = env.alice.get(f"/api/tasks/{job['taskId']}").json()["task"]
     assert task["state"] == "SUCCEEDED"
@@ -140,3 +155,82 @@ def test_an_admin_cancel_interrupts_the_turn_and_the_job_ends_cancelled(env: Env
     assert time.monotonic() - asked < 5
     assert cancelled["terminal"]["kind"] == "CANCELLED"
     assert next(t for t in env.hermes.turns() if "a long essay" in t.text).status == "interrupted"
+
+
+def wait_prompt(env: Env, text: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while env.hermes.prompt_count(text) == 0:
+        assert time.monotonic() < deadline, f"Hermes never got {text!r}"
+        time.sleep(0.05)
+
+
+def test_a_runner_killed_after_submission_and_restarted_completes_from_the_history(env: Env) -> None:
+    env.hermes.knobs.delta_count = 10
+    env.hermes.knobs.delta_delay = 0.3  # a 3 s turn
+    env.start_runner()
+    job = env.approved_job("survive the runner")
+    wait_prompt(env, "survive the runner")
+    assert env.runner is not None
+    env.runner.proc.kill()  # SIGKILL: no goodbye; Hermes keeps the detached turn running
+    env.runner.proc.wait(10)
+    env.start_runner()
+    done = env.wait_job(job["id"], lambda j: j["state"] in ("SUCCEEDED", "FAILED"), timeout=60)
+    assert done["state"] == "SUCCEEDED", done
+    assert done["result"]["outputs"]["reply"].startswith("echo: survive the runner\n[talaria-run:")
+    assert done["attempt"] == 1
+    assert env.hermes.prompt_count("survive the runner") == 1
+
+
+def test_a_hub_restarted_mid_turn_never_replays_the_prompt(tmp_path: Path) -> None:
+    """The runner's poll fails when the hub goes away, and its local disconnect interrupts the running
+    session (runner-protocol.md 5.2): the next attempt recovers, finds no reply, and fails uncertain."""
+    with HermesFixture() as hermes:
+        hermes.knobs.delta_count = 10
+        hermes.knobs.delta_delay = 0.3
+        server = HubServer(tmp_path / "data", SystemClock(), lifecycle_heartbeat_interval_s=1,
+                           lifecycle_lease_ttl_s=3).start()  # fmt: skip
+        env = prepared(server, hermes, tmp_path)
+        try:
+            env.start_runner()
+            job = env.approved_job("survive the hub")
+            wait_prompt(env, "survive the hub")
+            server.restart()  # the turn goes on in Hermes; the job's lease is left to expire
+            time.sleep(3.5)
+            server.hub.engine.expire_due()  # the reaper: attempt 1 expired, requeued
+            done = env.wait_job(job["id"], lambda j: j["state"] in ("SUCCEEDED", "FAILED"), timeout=60)
+            assert done["state"] == "FAILED" and done["attempt"] == 2, (done["result"], done["terminal"])
+            assert done["result"]["code"] == "runner_command_uncertain"
+            assert hermes.prompt_count("survive the hub") == 1
+            assert next(t for t in hermes.turns() if "survive the hub" in t.text).status == "interrupted"
+        finally:
+            env.close()
+            server.stop()
+
+
+def test_a_node_re_registered_between_attempts_fails_the_job_target_changed(tmp_path: Path) -> None:
+    with HermesFixture() as hermes:
+        hermes.knobs.delta_count = 20
+        hermes.knobs.delta_delay = 0.3
+        server = HubServer(tmp_path / "data", SystemClock(), lifecycle_heartbeat_interval_s=1,
+                           lifecycle_lease_ttl_s=3).start()  # fmt: skip
+        env = prepared(server, hermes, tmp_path)
+        try:
+            env.start_runner()
+            job = env.approved_job("moving target")
+            wait_prompt(env, "moving target")
+            old = server.hub.registry.for_source("default", "local")
+            assert old is not None
+            server.restart()
+            assert env.bob.delete(f"/api/admin/runners/{old.id}").status_code == 200
+            assert env.runner is not None
+            env.runner.wait(15)  # the disabled runner stops for good
+            env.config_path = register_node(server, hermes, tmp_path / "node-2")
+            env.start_runner()
+            time.sleep(3.5)
+            server.hub.engine.expire_due()
+            failed = env.wait_job(job["id"], lambda j: j["state"] in ("SUCCEEDED", "FAILED"), timeout=60)
+            assert failed["state"] == "FAILED" and failed["result"]["code"] == "runner_target_changed", failed
+            assert hermes.prompt_count("moving target") == 1
+        finally:
+            env.close()
+            server.stop()

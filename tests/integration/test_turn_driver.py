@@ -94,7 +94,7 @@ def test_a_turn_streams_to_message_complete_and_whoami_answers_the_bound_identit
     assert isinstance(result, TurnResult), result
     assert result.status == "complete"
     assert result.marker.startswith("[talaria-run:") and result.marker.endswith(":work-42]")
-    assert result.text == f"echo: {result.marker} hello"
+    assert result.text == f"echo: hello\n{result.marker}"
     assert "".join(result.deltas()) == result.text
     assert env.hermes.prompt_count(result.marker) == 1
     # the grant is closed with the turn: unbound in Hermes, and the listener is gone
@@ -114,7 +114,7 @@ def test_a_plugin_that_is_not_ready_refuses_team_tools_before_anything_is_submit
 
 def test_a_turn_without_tools_binds_nothing(env: Env) -> None:
     result = outcome(env.server, env.turn(tools=False, prompt="plain"), timeout=30)
-    assert isinstance(result, TurnResult) and result.text.endswith(" plain")
+    assert isinstance(result, TurnResult) and result.text.startswith("echo: plain\n[talaria-run:")
     assert env.hermes.binds() == []
 
 
@@ -161,7 +161,7 @@ def test_an_admin_test_turn_streams_hermes_events_then_done(env: Env) -> None:
         assert kinds[-1] == "done" and "event" in kinds
         deltas = "".join(d["payload"]["text"] for k, d in events if k == "event" and d["type"] == "message.delta")
         done = events[-1][1]
-        assert done["status"] == "complete" and done["text"] == deltas == f"echo: {done['marker']} ping"
+        assert done["status"] == "complete" and done["text"] == deltas == f"echo: ping\n{done['marker']}"
         assert ":test-turn:" in done["marker"]
         # bad bodies are refused before anything is sent to the node, limits at their edge
         assert admin.post(url, json={"prompt": "x" * 4000, "tools": False}).status_code == 200

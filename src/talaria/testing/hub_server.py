@@ -34,12 +34,15 @@ class HubServer:
         self._thread: threading.Thread | None = None
         self._app: Any = None
         self.url = ""
+        self._port = 0
         self.startup_error: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> HubServer:
-        sock = bind("127.0.0.1", 0)
-        port = sock.getsockname()[1]
+        """Serve on 127.0.0.1: a free port the first time, the same port after ``restart`` (so runners and
+        clients reach the restarted hub where they reached it before)."""
+        sock = bind("127.0.0.1", self._port)
+        port = self._port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
         settings = dataclasses.replace(self.settings, hub_port=port, hub_public_url=self.url)
         self._app = create_app(settings, clock=self.clock, run_reaper=False)

@@ -27,6 +27,7 @@ import structlog
 from talaria.canonical import digest, sha256_hex
 from talaria.clock import Clock
 from talaria.errors import TalariaError
+from talaria.hub.dispatch import recovery
 from talaria.hub.dispatch.job_turns import FINISHED, SUBMITTED, JobTurn, JobTurns
 from talaria.hub.runners.hub import RunnerHub
 from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
@@ -90,6 +91,7 @@ class Dispatcher:
         self.running: dict[str, asyncio.Task[None]] = {}  # job id -> its task
         self.per_runner: defaultdict[str, int] = defaultdict(int)
         self.cancels: dict[str, asyncio.Event] = {}
+        self.stopping = False
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._loop_ref: asyncio.AbstractEventLoop | None = None
@@ -104,6 +106,7 @@ class Dispatcher:
 
     async def stop(self) -> None:
         self._loop_ref = None
+        self.stopping = True  # running turns are left to finish in Hermes: the next attempt recovers them
         if self._loop_task is not None:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -262,8 +265,9 @@ class Dispatcher:
             if previous is not None and previous.state != FINISHED:
                 if previous.runner_id != record.id:
                     raise JobFailed(TARGET_CHANGED, "the source's runner changed since the prompt was submitted")
-                raise JobFailed(UNCERTAIN, "an earlier attempt submitted this prompt; it is never submitted again")
-            result = await self._turn_or_cancel(record, lease, author, cancel)
+                result: TurnResult | None = await self._recover(previous, author, cancel)
+            else:
+                result = await self._turn_or_cancel(record, lease, author, cancel)
             if result is None:
                 await asyncio.to_thread(self._lease_call, "cancel", lease, reason="cancel requested by an admin")
                 return
@@ -313,11 +317,27 @@ class Dispatcher:
             try:
                 return turn.result()
             except TalariaError as exc:
-                if exc.code != "runner_offline" or await self._submitted(lease):
+                recorded = await asyncio.to_thread(self.turns.get, lease.job_id)
+                if recorded is not None:  # submitted, or maybe: recover from Hermes, never submit again
+                    log.info("dispatcher_recovering", job=lease.job_id, code=exc.code)
+                    return await self._recover(recorded, author, cancel)
+                if exc.code != "runner_offline":
                     raise
             await self._until_online(record.id, cancel)
             if cancel.is_set():
                 return None
+
+    async def _recover(self, turn: JobTurn, author: AccountRef, cancel: asyncio.Event) -> TurnResult | None:
+        """The recorded turn's result from Hermes (waiting for its runner if needed); never submits."""
+        await self._until_online(turn.runner_id, cancel)
+        if cancel.is_set():
+            return None
+        try:
+            result = await recovery.recover(self.driver.channels, author, turn)
+        except recovery.Unrecoverable as exc:
+            raise JobFailed(UNCERTAIN, str(exc)) from None
+        await asyncio.to_thread(self.turns.mark, turn.job_id, FINISHED, result.stored_id)
+        return result
 
     async def _until_online(self, runner_id: str, cancel: asyncio.Event) -> None:
         while runner_id not in self.runners.states and not cancel.is_set():
@@ -356,10 +376,10 @@ class Dispatcher:
         async def after_submit(result: TurnResult) -> None:
             await asyncio.to_thread(self.turns.mark, lease.job_id, SUBMITTED, result.stored_id)
 
+        hooks = TurnHooks(before_submit, after_submit, interrupt_abandoned=lambda: not self.stopping)
         result = await self.driver.run(
             runner_id=record.id, account=author, profile=lease.binding.profile, work_id=lease.job_id,
-            prompt=prompt, run_id=lease.binding.run, tools=False,
-            hooks=TurnHooks(before_submit=before_submit, after_submit=after_submit),
+            prompt=prompt, run_id=lease.binding.run, tools=False, hooks=hooks,
         )  # fmt: skip
         await asyncio.to_thread(self.turns.mark, lease.job_id, FINISHED, result.stored_id)
         return result

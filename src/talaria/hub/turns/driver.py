@@ -53,6 +53,9 @@ class TurnHooks:
 
     before_submit: Callable[[TurnResult], Awaitable[None]] | None = None
     after_submit: Callable[[TurnResult], Awaitable[None]] | None = None
+    # whether a submitted turn the driver abandons (cancelled, timed out) is interrupted; a hub shutting
+    # down leaves it running so that the next attempt can take its reply from Hermes' history
+    interrupt_abandoned: Callable[[], bool] | None = None
 
 
 def run_marker(run_id: str, work_id: str) -> str:
@@ -123,7 +126,8 @@ class TurnDriver:
             started = time.monotonic()
             if hooks is not None and hooks.before_submit is not None:
                 await hooks.before_submit(result)
-            await self.channels.rpc(gateway, "prompt.submit", {"session_id": runtime_id, "text": f"{marker} {prompt}"})
+            text = f"{prompt}\n{marker}"  # the run marker on its own line at the end (runner-protocol.md 13)
+            await self.channels.rpc(gateway, "prompt.submit", {"session_id": runtime_id, "text": text})
             submitted = True
             if hooks is not None and hooks.after_submit is not None:
                 await hooks.after_submit(result)
@@ -132,7 +136,8 @@ class TurnDriver:
             return result
         finally:
             active = False
-            if submitted and not finished and gateway.open:  # cancelled or timed out: stop the Hermes turn
+            interrupt = hooks is None or hooks.interrupt_abandoned is None or hooks.interrupt_abandoned()
+            if submitted and not finished and gateway.open and interrupt:  # cancelled or timed out: stop it
                 await self._quietly(self.channels.rpc(gateway, "session.interrupt", {"session_id": runtime_id}))
             if grant is not None:
                 await self._quietly(self.channels.close_grant(grant))

@@ -1,0 +1,124 @@
+"""Recovery of a job's turn without replay (hermes.md 11): the prompt was (maybe) submitted, and the
+dispatcher lost sight of the turn (the runner's channel dropped, the runner or the hub restarted).
+
+Resume the recorded stored session on the same runner; a turn still running is re-attached (its
+``message.complete`` awaited on the new channel); then the history decides: the turn finished if and only if,
+after the user row holding the marker and before the next user row, there is an assistant row with
+``finish_reason: "stop"``; its content is the reply. Anything else (no such row, the marker absent, the
+stored session unknown) is ``runner_command_uncertain``, and the session is never prompted again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+from typing import Any
+
+from talaria.errors import TalariaError
+from talaria.hub.dispatch.job_turns import JobTurn
+from talaria.hub.runners.channels import Channels
+from talaria.hub.runners.state import AccountRef, Gateway
+from talaria.hub.turns.driver import TurnResult
+
+PAGE = 500
+MAX_PAGES = 20  # runner-protocol.md 13
+REATTACH_TIMEOUT_S = 600.0
+
+
+class Unrecoverable(Exception):
+    """The turn's outcome cannot be known: ``runner_command_uncertain``."""
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def reply_after_marker(rows: list[dict[str, Any]], marker: str) -> str | None:
+    """The reply of the run whose user row holds ``marker``, or None if that run has no reply."""
+    start = next((i for i, row in enumerate(rows) if row.get("role") == "user" and marker in _text(row.get("content"))),
+                 None)  # fmt: skip
+    if start is None:
+        return None
+    for row in rows[start + 1 :]:
+        if row.get("role") == "user":
+            return None
+        if row.get("role") == "assistant" and row.get("finish_reason") == "stop":
+            return _text(row.get("content"))
+    return None
+
+
+async def history(channels: Channels, runner_id: str, account: AccountRef, stored_id: str, profile: str) -> list[Any]:
+    rows: list[Any] = []
+    for page in range(MAX_PAGES):
+        search = f"?profile={profile}&limit={PAGE}&offset={page * PAGE}"
+        reply = await channels.http(
+            runner_id, account, f"/api/sessions/{stored_id}/messages", search=search, profile=profile
+        )
+        if reply.get("status") != 200:
+            raise Unrecoverable(f"Hermes has no transcript for the session (HTTP {reply.get('status')})")
+        try:
+            body = json.loads(base64.b64decode(reply.get("body", "")))
+        except ValueError as exc:
+            raise Unrecoverable("Hermes' transcript is not JSON") from exc
+        messages = body.get("messages") if isinstance(body, dict) else None
+        if not isinstance(messages, list):
+            raise Unrecoverable("Hermes' transcript is malformed")
+        rows.extend(messages)
+        if len(messages) < PAGE:
+            return rows
+    raise Unrecoverable("the transcript is too long to read")
+
+
+async def _reattach(gateway: Gateway, runtime_id: str, timeout: float) -> None:
+    """Wait on the new channel for the running turn's ``message.complete``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        left = deadline - loop.time()
+        if left <= 0:
+            raise Unrecoverable("the re-attached turn did not finish in time")
+        frame = await asyncio.wait_for(gateway.events.get(), left)
+        if frame is None:
+            raise Unrecoverable("the channel closed while the re-attached turn ran")
+        if frame.get("session_id") == runtime_id and frame.get("type") == "message.complete":
+            return
+
+
+async def recover(
+    channels: Channels, account: AccountRef, turn: JobTurn, *, reattach_timeout: float = REATTACH_TIMEOUT_S
+) -> TurnResult:
+    """The turn's result from Hermes, or ``Unrecoverable``; never submits anything."""
+    if not turn.stored_session_id:
+        raise Unrecoverable("no stored session was recorded for the turn")
+    gateway = await channels.open_gateway(turn.runner_id, account)
+    try:
+        params: dict[str, Any] = {"session_id": turn.stored_session_id}
+        if turn.profile != "default":
+            params["profile"] = turn.profile
+        try:
+            resumed = await channels.rpc(gateway, "session.resume", params)
+        except TalariaError as exc:
+            if exc.code == "gateway_rejected":  # 4007: never persisted
+                raise Unrecoverable(f"Hermes does not know the stored session ({exc.message})") from exc
+            raise
+        runtime_id = str(resumed.get("session_id", ""))
+        if resumed.get("running"):
+            await _reattach(gateway, runtime_id, reattach_timeout)
+        stored = str(resumed.get("resumed") or turn.stored_session_id)
+        rows = await history(channels, turn.runner_id, account, stored, turn.profile)
+        reply = reply_after_marker(rows, turn.marker)
+        if reply is None and stored != turn.stored_session_id:  # compressed since: the marker may be in the parent
+            rows = await history(channels, turn.runner_id, account, turn.stored_session_id, turn.profile)
+            reply = reply_after_marker(rows, turn.marker)
+        if reply is None:
+            raise Unrecoverable("the turn left no reply (interrupted, or lost in a Hermes restart)")
+        return TurnResult("complete", reply, runtime_id, stored, turn.marker)
+    finally:
+        with contextlib.suppress(TalariaError):
+            await channels.close_gateway(gateway)

@@ -234,3 +234,19 @@ def test_a_node_re_registered_between_attempts_fails_the_job_target_changed(tmp_
         finally:
             env.close()
             server.stop()
+
+
+def test_the_author_losing_access_mid_turn_interrupts_it_and_fails_access_revoked(env: Env) -> None:
+    env.hermes.knobs.delta_count = 40
+    env.hermes.knobs.delta_delay = 0.5  # a 20 s turn
+    env.start_runner()
+    job = env.approved_job("revoke me")
+    wait_prompt(env, "revoke me")
+    assert env.bob.patch("/api/admin/accounts/alice", json={"allowedProfiles": {"local": []}}).status_code == 200
+    failed = env.wait_job(job["id"], lambda j: j["state"] in ("SUCCEEDED", "FAILED"), timeout=10)
+    assert failed["state"] == "FAILED" and failed["result"]["code"] == "access_revoked", failed["result"]
+    deadline = time.monotonic() + 5
+    while next(t for t in env.hermes.turns() if "revoke me" in t.text).status == "running":
+        assert time.monotonic() < deadline, "the turn was not interrupted"
+        time.sleep(0.05)
+    assert next(t for t in env.hermes.turns() if "revoke me" in t.text).status == "interrupted"

@@ -49,6 +49,7 @@ NOT_ADMITTED = "runner_command_not_admitted"
 UNCERTAIN = "runner_command_uncertain"
 TARGET_CHANGED = "runner_target_changed"
 HERMES_ERROR = "hermes_error"
+ACCESS_REVOKED = "access_revoked"
 
 
 @dataclass
@@ -256,18 +257,24 @@ class Dispatcher:
         if lease is None:
             return
         cancel = self.cancels.setdefault(lease.job_id, asyncio.Event())
+        revoked = asyncio.Event()
         heartbeat: asyncio.Task[None] | None = None
         try:
             author = await asyncio.to_thread(self._author, lease.binding)
             await asyncio.to_thread(self._lease_call, "start", lease)
-            heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(lease, cancel))
+            heartbeat = asyncio.get_running_loop().create_task(
+                self._heartbeat(lease, cancel, revoked, author, record.id)
+            )
             previous = await asyncio.to_thread(self.turns.get, lease.job_id)
             if previous is not None and previous.state != FINISHED:
                 if previous.runner_id != record.id:
                     raise JobFailed(TARGET_CHANGED, "the source's runner changed since the prompt was submitted")
                 result: TurnResult | None = await self._recover(previous, author, cancel)
             else:
-                result = await self._turn_or_cancel(record, lease, author, cancel)
+                result = await self._turn_or_cancel(record, lease, author, cancel, revoked)
+            if revoked.is_set():
+                await self._stop_revoked(lease, author)
+                raise JobFailed(ACCESS_REVOKED, "the author's access changed during the turn; it was interrupted")
             if result is None:
                 await asyncio.to_thread(self._lease_call, "cancel", lease, reason="cancel requested by an admin")
                 return
@@ -297,7 +304,7 @@ class Dispatcher:
                 heartbeat.cancel()
 
     async def _turn_or_cancel(
-        self, record: RunnerRecord, lease: Lease, author: AccountRef, cancel: asyncio.Event
+        self, record: RunnerRecord, lease: Lease, author: AccountRef, cancel: asyncio.Event, revoked: asyncio.Event
     ) -> TurnResult | None:
         """The job's turn; None when a cancel request overtook it (the driver interrupts a submitted turn).
         While the runner is offline before anything was submitted, wait for it (the lease's maximum life
@@ -305,10 +312,12 @@ class Dispatcher:
         while True:
             turn = asyncio.get_running_loop().create_task(self._turn(record, lease, author))
             cancelled = asyncio.get_running_loop().create_task(cancel.wait())
+            lost = asyncio.get_running_loop().create_task(revoked.wait())
             try:
-                await asyncio.wait({turn, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({turn, cancelled, lost}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 cancelled.cancel()
+                lost.cancel()
             if not turn.done():
                 turn.cancel()
                 with contextlib.suppress(asyncio.CancelledError, TalariaError):
@@ -318,6 +327,10 @@ class Dispatcher:
                 return turn.result()
             except TalariaError as exc:
                 recorded = await asyncio.to_thread(self.turns.get, lease.job_id)
+                still = await asyncio.to_thread(self.runners.validity.check, author, record.id, lease.binding.profile)
+                if recorded is not None and not still:  # the channel closed because the author lost access
+                    revoked.set()
+                    return None
                 if recorded is not None:  # submitted, or maybe: recover from Hermes, never submit again
                     log.info("dispatcher_recovering", job=lease.job_id, code=exc.code)
                     return await self._recover(recorded, author, cancel)
@@ -384,9 +397,37 @@ class Dispatcher:
         await asyncio.to_thread(self.turns.mark, lease.job_id, FINISHED, result.stored_id)
         return result
 
-    async def _heartbeat(self, lease: Lease, cancel: asyncio.Event) -> None:
+    async def _stop_revoked(self, lease: Lease, author: AccountRef) -> None:
+        """Interrupt the job's turn through a cleanup-only channel (admitted although the author lost access)."""
+        turn = await asyncio.to_thread(self.turns.get, lease.job_id)
+        if turn is None or not turn.stored_session_id:
+            return
+        channels = self.driver.channels
+        try:
+            gateway = await channels.open_gateway(
+                turn.runner_id, author, cleanup_only=True,
+                bound_stored_id=turn.stored_session_id,
+            )  # fmt: skip
+        except TalariaError as exc:
+            log.info("dispatcher_cleanup_refused", job=lease.job_id, code=exc.code)
+            return
+        try:
+            resumed = await channels.rpc(gateway, "session.resume", {"session_id": turn.stored_session_id})
+            await channels.rpc(gateway, "session.interrupt", {"session_id": resumed["session_id"]})
+        except TalariaError as exc:
+            log.info("dispatcher_cleanup_failed", job=lease.job_id, code=exc.code)
+        finally:
+            with contextlib.suppress(TalariaError):
+                await channels.close_gateway(gateway)
+
+    async def _heartbeat(
+        self, lease: Lease, cancel: asyncio.Event, revoked: asyncio.Event, author: AccountRef, runner_id: str
+    ) -> None:
         while True:
             await asyncio.sleep(self.settings.lifecycle_heartbeat_interval_s)
+            still = await asyncio.to_thread(self.runners.validity.check, author, runner_id, lease.binding.profile)
+            if not still:
+                revoked.set()
             try:
                 beat = await asyncio.to_thread(self._lease_call, "heartbeat", lease, progress=None)
             except TalariaError as exc:

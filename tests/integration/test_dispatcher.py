@@ -250,3 +250,60 @@ def test_the_author_losing_access_mid_turn_interrupts_it_and_fails_access_revoke
         assert time.monotonic() < deadline, "the turn was not interrupted"
         time.sleep(0.05)
     assert next(t for t in env.hermes.turns() if "revoke me" in t.text).status == "interrupted"
+
+
+@pytest.mark.slow
+def test_fifty_jobs_across_three_profiles_on_two_runners_all_finish_none_twice(tmp_path: Path) -> None:
+    profiles = ["default", "work", "research"]
+    with HermesFixture(profiles=profiles) as hermes:
+        server = HubServer(tmp_path / "data", SystemClock(), lifecycle_heartbeat_interval_s=1).start()
+        runners: list[RunnerProcess] = []
+        alice = bob = None
+        try:
+            add_account(server, "alice", allowed_profiles={"local": profiles, "lab": profiles})
+            add_account(server, "bob", "admin", allowed_profiles={"local": ["default"]})
+            for source in ("local", "lab"):
+                fields = parse_registration(
+                    {"name": source, "source": source, "allowedProfiles": profiles, "hermesURL": hermes.url},
+                    default_server_url=server.url,
+                )
+                registration = server.hub.registry.register("default", fields)
+                directory = tmp_path / source
+                directory.mkdir()
+                token_file = directory / "hermes-token"
+                token_file.write_text(hermes.session_token)
+                token_file.chmod(0o600)
+                path = write_config(directory, registration.config | {"hermesTokenFile": str(token_file)})
+                runners.append(RunnerProcess(path, tmp_path / "logs", name=source))
+            for runner in runners:
+                runner.wait_for("runner connected")
+            alice, bob = login(server, "alice"), login(server, "bob")
+            jobs = {}
+            for index in range(50):
+                cell, profile = ("local", "lab")[index % 2], profiles[index % 3]
+                body = {"title": f"t{index}", "prompt": f"job number {index}", "cell": cell, "profile": profile}
+                task = alice.post("/api/tasks", json=body).json()["task"]
+                assert alice.post(f"/api/tasks/{task['id']}/submit").status_code == 200
+                job = bob.post(f"/api/tasks/{task['id']}/approve").json()["job"]
+                jobs[job["id"]] = index
+            deadline = time.monotonic() + 120
+            while True:
+                states = {j: bob.get(f"/api/jobs/{j}").json()["job"] for j in jobs}
+                if all(s["state"] == "SUCCEEDED" for s in states.values()):
+                    break
+                assert time.monotonic() < deadline, [s["state"] for s in states.values()]
+                time.sleep(0.3)
+            for job_id, index in jobs.items():
+                reply = states[job_id]["result"]["outputs"]["reply"]
+                assert reply.startswith(f"echo: job number {index}\n") and reply.endswith(f":{job_id}]")
+                assert hermes.prompt_count(f":{job_id}]") == 1
+                assert states[job_id]["attempt"] == 1
+            assert len(hermes.turns()) == 50
+        finally:
+            for client in (alice, bob):
+                if client is not None:
+                    client.close()
+            for runner in runners:
+                runner.stop()
+                runner.close()
+            server.stop()

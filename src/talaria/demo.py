@@ -6,8 +6,10 @@ through the JSON API, runs its job to completion with a signed Runtime API worke
 execution node and starts ``talaria runner`` against a real ``hermes serve`` (hermes-agent 0.19.0 from
 ``.venv-hermes``, a private home with Talaria's plugin, the scripted model server) or, when Hermes is not
 installed, Talaria's Hermes protocol fixture (and says which), routes one command and one streamed
-test turn (the ``talaria_whoami`` team tool) through it, checks the audit chain with ``talaria audit
-verify``, and leaves the hub serving until Ctrl-C.
+test turn (the ``talaria_whoami`` team tool) through it, runs an approved task of cell ``local`` on the
+node through the hub's dispatcher and prints its reply and audit trail, checks the audit chain with
+``talaria audit verify``, and leaves the hub serving until Ctrl-C. (The Runtime API worker's task is in
+cell ``batch``, which no node serves.)
 """
 
 from __future__ import annotations
@@ -189,6 +191,30 @@ def _execution_node(admin: httpx.Client, user: httpx.Client, data_dir: Path, sto
     _step(f"turn {done['status']} (run marker {done['marker']}); the identity above was bound by the hub")
 
 
+def _job_on_the_node(alice: httpx.Client, bob: httpx.Client) -> None:
+    """An approved task in cell ``local``: the hub's dispatcher runs its job on the node."""
+    body = {"title": "Describe the node", "prompt": "In one line: what is this node for?", "cell": "local",
+            "profile": "default"}  # fmt: skip
+    task = _check(alice.post("/api/tasks", json=body), "create task")["task"]
+    _check(alice.post(f"/api/tasks/{task['id']}/submit"), "submit")
+    job = _check(bob.post(f"/api/tasks/{task['id']}/approve"), "approve")["job"]
+    _step(f"alice wrote task {task['id']} for cell local; bob approved it: job {job['id']} {job['state']}")
+    deadline = time.monotonic() + 120
+    while (shown := _check(bob.get(f"/api/jobs/{job['id']}"), "read job")["job"])["terminal"] is None:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the job did not finish: {shown['state']} ({shown['waitingReason']})")
+        time.sleep(0.1)
+    if shown["state"] != "SUCCEEDED":
+        raise RuntimeError(f"the job ended {shown['state']}: {shown['result']}")
+    owner = "the hub's dispatcher"
+    _step(f"{owner} ran it on the node: job {shown['state']} in attempt {shown['attempt']}; the reply:")
+    print("    " + shown["result"]["outputs"]["reply"].replace("\n", "\n    "), flush=True)
+    events = _check(bob.get("/api/audit", params={"job": job["id"]}), "audit")["events"]
+    ordered = sorted(events, key=lambda e: e["seq"])
+    trail = ", ".join(f"{e['type'].removeprefix('hermes.')} by {e['actor']['principal']}" for e in ordered)
+    _step(f"audit for the job: {trail}")
+
+
 def run_demo(*, keep_serving: bool = True, port: int = 0) -> int:
     data_dir = Path(tempfile.mkdtemp(prefix="talaria-demo-"))
     secret = secrets.token_urlsafe(32)
@@ -197,7 +223,7 @@ def run_demo(*, keep_serving: bool = True, port: int = 0) -> int:
     for username, role in (("alice", "user"), ("bob", "admin")):
         done = _talaria(
             "admin", "create-user", "--data-dir", str(data_dir), "--username", username, "--role", role,
-            "--allow", "local:default", stdin=passwords[username] + "\n",
+            "--allow", "local:default", "--allow", "batch:default", stdin=passwords[username] + "\n",
         )  # fmt: skip
         if done.returncode != 0:
             print(done.stderr, file=sys.stderr)
@@ -215,7 +241,7 @@ def run_demo(*, keep_serving: bool = True, port: int = 0) -> int:
         alice, bob = _login(url, "alice", passwords["alice"]), _login(url, "bob", passwords["bob"])
         task = _check(
             alice.post("/api/tasks", json={"title": "Summarise the release notes", "prompt": "Summarise them.",
-                                           "cell": "local", "profile": "default"}),
+                                           "cell": "batch", "profile": "default"}),
             "create task",
         )["task"]  # fmt: skip
         _step(f"alice wrote task {task['id']} ({task['state']})")
@@ -229,7 +255,7 @@ def run_demo(*, keep_serving: bool = True, port: int = 0) -> int:
         )
 
         worker = RuntimeClient(url, secret, principal="demo-worker", roles="runtime")
-        listed = _check(worker.discover("local", "default"), "discover")["jobs"]
+        listed = _check(worker.discover("batch", "default"), "discover")["jobs"]
         binding = worker.binding(next(j for j in listed if j["binding"]["job"] == job["id"]))
         claim = _check(worker.post(job["id"], "claim", {"binding": binding, "worker_instance": "demo-1"}), "claim")
         lease = {"lease_id": claim["lease"]["lease_id"], "lease_epoch": claim["lease"]["lease_epoch"]}
@@ -255,6 +281,7 @@ def run_demo(*, keep_serving: bool = True, port: int = 0) -> int:
         events = _check(bob.get("/api/audit", params={"job": job["id"]}), "audit")["events"]
         _step(f"{len(events)} audit events for the job, each with its evidence digest")
         _execution_node(bob, alice, data_dir, stops)
+        _job_on_the_node(alice, bob)
         verify = _talaria("audit", "verify", "--data-dir", str(data_dir))
         print((verify.stdout or verify.stderr).strip(), flush=True)
         if verify.returncode != 0:

@@ -653,6 +653,8 @@ def test_demo_runs_to_completion_on_real_hermes(tmp_path: Path) -> None:
     reply = next(line for line in result.stdout.splitlines() if "Talaria says this conversation acts for:" in line)
     assert '"account":"bob"' in reply and '"workId":"test-turn:' in reply
     assert "turn complete" in result.stdout
+    assert "the hub's dispatcher ran it on the node: job SUCCEEDED in attempt 1" in result.stdout
+    assert "job.claimed by talaria-hub" in result.stdout and "job.completed by talaria-hub" in result.stdout
     assert "audit chain OK" in result.stdout
 
 

@@ -307,3 +307,25 @@ def test_fifty_jobs_across_three_profiles_on_two_runners_all_finish_none_twice(t
                 runner.stop()
                 runner.close()
             server.stop()
+
+
+@pytest.mark.slow
+def test_a_runner_offline_before_submission_makes_the_job_wait_then_run_once(env: Env) -> None:
+    import signal
+
+    env.start_runner()
+    assert env.runner is not None
+    env.runner.proc.send_signal(signal.SIGSTOP)  # frozen: the hub still has its state, commands go nowhere
+    try:
+        job = env.approved_job("patience")
+        env.wait_job(job["id"], lambda j: j["state"] == "RUNNING", timeout=10)
+        time.sleep(32)  # the first command's 30 s deadline passes undelivered: runner_offline, nothing submitted
+        now = env.job(job["id"])
+        assert now["state"] == "RUNNING", now["result"]  # kept, heartbeating, waiting for the runner
+        assert env.hermes.prompt_count("patience") == 0
+    finally:
+        env.runner.proc.send_signal(signal.SIGCONT)
+    done = env.wait_job(job["id"], lambda j: j["state"] in ("SUCCEEDED", "FAILED"), timeout=60)
+    assert done["state"] == "SUCCEEDED", done["result"]
+    assert done["attempt"] == 1
+    assert env.hermes.prompt_count("patience") == 1

@@ -50,6 +50,8 @@ UNCERTAIN = "runner_command_uncertain"
 TARGET_CHANGED = "runner_target_changed"
 HERMES_ERROR = "hermes_error"
 ACCESS_REVOKED = "access_revoked"
+# Before prompt.submit nothing can have run the prompt: these wait for the runner and try again.
+PRE_SUBMIT_RETRY = frozenset({"runner_offline", "runner_command_uncertain", "runner_connection_closed"})
 
 
 @dataclass
@@ -59,6 +61,7 @@ class Lease:
     lease_id: str
     lease_epoch: int
     attempt: int
+    lost: bool = False
 
 
 class JobFailed(Exception):
@@ -276,7 +279,8 @@ class Dispatcher:
                 await self._stop_revoked(lease, author)
                 raise JobFailed(ACCESS_REVOKED, "the author's access changed during the turn; it was interrupted")
             if result is None:
-                await asyncio.to_thread(self._lease_call, "cancel", lease, reason="cancel requested by an admin")
+                if not lease.lost:
+                    await asyncio.to_thread(self._lease_call, "cancel", lease, reason="cancel requested by an admin")
                 return
             if result.status == "error":
                 raise JobFailed(HERMES_ERROR, result.text or "Hermes ended the turn with an error")
@@ -334,8 +338,11 @@ class Dispatcher:
                 if recorded is not None:  # submitted, or maybe: recover from Hermes, never submit again
                     log.info("dispatcher_recovering", job=lease.job_id, code=exc.code)
                     return await self._recover(recorded, author, cancel)
-                if exc.code != "runner_offline":
+                if exc.code not in PRE_SUBMIT_RETRY:
                     raise
+                # nothing was submitted, so nothing ran: keep the job (heartbeating) until the runner is back
+                log.info("dispatcher_waiting_for_runner", job=lease.job_id, code=exc.code)
+            await asyncio.sleep(1.0)
             await self._until_online(record.id, cancel)
             if cancel.is_set():
                 return None
@@ -432,6 +439,8 @@ class Dispatcher:
                 beat = await asyncio.to_thread(self._lease_call, "heartbeat", lease, progress=None)
             except TalariaError as exc:
                 log.info("dispatcher_heartbeat_refused", job=lease.job_id, code=exc.code)
+                lease.lost = True  # the lease ended (maximum life, expiry): stop; the reaper decides what follows
+                cancel.set()
                 return
             if beat.get("cancel_requested"):
                 cancel.set()

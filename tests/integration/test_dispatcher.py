@@ -329,3 +329,14 @@ def test_a_runner_offline_before_submission_makes_the_job_wait_then_run_once(env
     assert done["state"] == "SUCCEEDED", done["result"]
     assert done["attempt"] == 1
     assert env.hermes.prompt_count("patience") == 1
+
+
+def test_a_turn_hermes_ends_with_an_error_fails_the_job_hermes_error_with_its_message(env: Env) -> None:
+    env.hermes.fail_turn_for("doomed", "the model provider refused the request")
+    env.start_runner()
+    job = env.approved_job("a doomed request")
+    failed = env.wait_job(job["id"], lambda j: j["state"] in ("SUCCEEDED", "FAILED"))
+    assert failed["state"] == "FAILED"
+    assert failed["result"]["code"] == "hermes_error" and failed["result"]["retryable"] is False
+    assert "the model provider refused the request" in failed["result"]["message"]
+    assert env.hermes.prompt_count("a doomed request") == 1

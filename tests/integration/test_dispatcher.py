@@ -4,6 +4,7 @@ without the prompt reaching Hermes; an admin cancel interrupts the turn."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -340,3 +341,58 @@ def test_a_turn_hermes_ends_with_an_error_fails_the_job_hermes_error_with_its_me
     assert failed["result"]["code"] == "hermes_error" and failed["result"]["retryable"] is False
     assert "the model provider refused the request" in failed["result"]["message"]
     assert env.hermes.prompt_count("a doomed request") == 1
+
+
+def test_tenants_take_turns_when_the_hub_has_one_slot(tmp_path: Path) -> None:
+    with HermesFixture() as hermes:
+        hermes.knobs.delta_count = 5
+        hermes.knobs.delta_delay = 0.2  # a 1 s turn: every job is queued before the first one ends
+        server = HubServer(tmp_path / "data", SystemClock(), lifecycle_heartbeat_interval_s=1,
+                           dispatcher_per_hub=1).start()  # fmt: skip
+        runners: list[RunnerProcess] = []
+        clients: list[httpx.Client] = []
+        try:
+            for tenant, author, admin in (("default", "alice", "bob"), ("acme", "carol", "dave")):
+                add_account(server, author, tenant=tenant, allowed_profiles={"local": ["default"]})
+                add_account(server, admin, "admin", tenant=tenant, allowed_profiles={"local": ["default"]})
+                fields = parse_registration({"name": tenant, "allowedProfiles": ["default"], "hermesURL": hermes.url},
+                                            default_server_url=server.url)  # fmt: skip
+                registration = server.hub.registry.register(tenant, fields)
+                directory = tmp_path / tenant
+                directory.mkdir()
+                token_file = directory / "hermes-token"
+                token_file.write_text(hermes.session_token)
+                token_file.chmod(0o600)
+                path = write_config(directory, registration.config | {"hermesTokenFile": str(token_file)})
+                runners.append(RunnerProcess(path, tmp_path / "logs", name=tenant))
+                clients += [login(server, author), login(server, admin)]
+            for runner in runners:
+                runner.wait_for("runner connected")
+            by_tenant: dict[str, list[str]] = {"default": [], "acme": []}
+            for round_ in range(3):  # each tenant queues three jobs, the default tenant first
+                for index, tenant in enumerate(("default", "acme")):
+                    author, admin = clients[2 * index], clients[2 * index + 1]
+                    body = {"title": "t", "prompt": f"{tenant} {round_}", "cell": "local", "profile": "default"}
+                    task = author.post("/api/tasks", json=body).json()["task"]
+                    assert author.post(f"/api/tasks/{task['id']}/submit").status_code == 200
+                    by_tenant[tenant].append(admin.post(f"/api/tasks/{task['id']}/approve").json()["job"]["id"])
+            deadline = time.monotonic() + 60
+            while True:
+                jobs = [
+                    (clients[1] if t == "default" else clients[3]).get(f"/api/jobs/{j}").json()["job"] | {"t": t}
+                    for t, ids in by_tenant.items() for j in ids
+                ]  # fmt: skip
+                if all(j["state"] == "SUCCEEDED" for j in jobs):
+                    break
+                assert time.monotonic() < deadline, [j["state"] for j in jobs]
+                time.sleep(0.2)
+            order = [j["t"] for j in sorted(jobs, key=lambda j: j["startedAt"])]
+            # after the first job, the tenants alternate: one tenant's backlog never takes two slots in a row
+            assert all(a != b for a, b in itertools.pairwise(order[1:])), order
+        finally:
+            for client in clients:
+                client.close()
+            for runner in runners:
+                runner.stop()
+                runner.close()
+            server.stop()

@@ -99,7 +99,7 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._loop_ref: asyncio.AbstractEventLoop | None = None
-        self._rotation = 0
+        self._last_tenant = ""
 
     # --- lifecycle -------------------------------------------------------------------------------------------
 
@@ -152,8 +152,8 @@ class Dispatcher:
         tenants = sorted(by_tenant)
         if not tenants:
             return 0
-        self._rotation += 1
-        order = tenants[self._rotation % len(tenants) :] + tenants[: self._rotation % len(tenants)]
+        after = next((i for i, t in enumerate(tenants) if t > self._last_tenant), 0)
+        order = tenants[after:] + tenants[:after]  # the tenant after the one served last goes first
         started = 0
         progress = True
         while free > 0 and progress:  # one job per tenant per round: fair across tenants
@@ -166,6 +166,7 @@ class Dispatcher:
                     if job is None:
                         continue
                     self._launch(record, job)
+                    self._last_tenant = tenant
                     started += 1
                     free -= 1
                     progress = True

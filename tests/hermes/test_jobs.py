@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -92,3 +93,19 @@ def test_a_runner_killed_after_submission_completes_the_job_from_the_history(nod
     assert done["result"]["outputs"]["reply"] == ("still here " * 10).strip()  # Hermes trims the reply
     marker = f":{job['id']}]"
     assert sum(1 for r in node.model.chat_requests() if r.tools and marker in (r.last_user or "")) == 1
+
+
+def test_the_author_losing_the_profile_while_queued_fails_not_admitted_and_the_model_never_sees_it(
+    node: Node, people: People
+) -> None:
+    alice, root = people
+    assert node.runner.stop() == 0  # no node connected: the job waits, queued
+    job = approved(alice, root, "a prompt nobody may run")
+    assert root.get(f"/api/jobs/{job['id']}").json()["job"]["state"] == "QUEUED"
+    assert root.patch("/api/admin/accounts/alice", json={"allowedProfiles": {"local": []}}).status_code == 200
+    node.runner.close()
+    node.runner = RunnerProcess(node.config_path, node.runner.err_path.parent, name="runner-again")
+    node.runner.wait_for("runner connected")
+    done = wait_job(root, job["id"], finished)
+    assert done["state"] == "FAILED" and done["result"]["code"] == "runner_command_not_admitted", done["result"]
+    assert not any("nobody may run" in json.dumps(r.body) for r in node.model.requests())

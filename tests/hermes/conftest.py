@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,9 +121,10 @@ def start_node(tmp_path: Path, hermes: RealHermes, model: ModelServer, **config:
     return Node(server, hermes, model, runner, runner_id, path, accounts)
 
 
-@pytest.fixture
-def node(tmp_path: Path, hermes: RealHermes, model: ModelServer) -> Iterator[Node]:
-    made = start_node(tmp_path, hermes, model)
+@contextmanager
+def running_node(tmp_path: Path, hermes: RealHermes, model: ModelServer, **config: Any) -> Iterator[Node]:
+    """``start_node``, and at exit the runner stopped (if still running) and the hub stopped."""
+    made = start_node(tmp_path, hermes, model, **config)
     try:
         yield made
     finally:
@@ -130,3 +132,9 @@ def node(tmp_path: Path, hermes: RealHermes, model: ModelServer) -> Iterator[Nod
             made.runner.stop()
         made.runner.close()
         made.server.stop()
+
+
+@pytest.fixture
+def node(tmp_path: Path, hermes: RealHermes, model: ModelServer) -> Iterator[Node]:
+    with running_node(tmp_path, hermes, model) as made:
+        yield made

@@ -11,7 +11,7 @@ import pytest
 
 from talaria.testing.model_server import ModelServer, ToolSelector, reply_with_tool_result, tool_call, when
 from talaria.testing.real_hermes import RealHermes
-from tests.hermes.conftest import Node, start_node
+from tests.hermes.conftest import Node, running_node
 from tests.hermes.sessions import Session
 
 # Rotate the stored id on compression (0.19.0 compresses in place by default) and allow it from turn 2.
@@ -20,14 +20,9 @@ COMPRESSION = "compression:\n  protect_first_n: 0\n  in_place: false\n"
 
 @pytest.fixture
 def compressing(tmp_path: Path, model: ModelServer, hermes_executable: Path) -> Iterator[Node]:
-    with RealHermes(tmp_path / "hermes", model.base_url, config_extra=COMPRESSION) as hermes:
-        made = start_node(tmp_path, hermes, model)
-        try:
-            yield made
-        finally:
-            made.runner.stop()
-            made.runner.close()
-            made.server.stop()
+    hermes = RealHermes(tmp_path / "hermes", model.base_url, config_extra=COMPRESSION)
+    with hermes, running_node(tmp_path, hermes, model) as made:
+        yield made
 
 
 def test_a_compression_during_a_bound_turn_keeps_the_tool_with_its_session(compressing: Node) -> None:

@@ -6,12 +6,11 @@ import time
 from pathlib import Path
 
 from talaria.clock import SystemClock
-from talaria.hub.runners.registry import parse_registration
 from talaria.testing.hub_server import HubServer
 from talaria.testing.model_server import ModelServer
 from talaria.testing.real_hermes import RealHermes
 from tests.conftest import add_account, login
-from tests.integration.runner_support import RunnerProcess, write_config
+from tests.integration.runner_support import RunnerProcess, register_node
 
 PROFILES = ["default", "work", "research"]
 
@@ -27,17 +26,9 @@ def test_fifty_jobs_three_profiles_two_runners_all_finish_once(
             add_account(server, "alice", allowed_profiles={"local": PROFILES, "lab": PROFILES})
             add_account(server, "root", "admin", allowed_profiles={})
             for source in ("local", "lab"):
-                fields = parse_registration(
-                    {"name": source, "source": source, "allowedProfiles": PROFILES, "hermesURL": hermes.url},
-                    default_server_url=server.url,
-                )
-                registration = server.hub.registry.register("default", fields)
-                directory = tmp_path / source
-                directory.mkdir()
-                token = directory / "hermes-token"
-                token.write_text(hermes.session_token)
-                token.chmod(0o600)
-                path = write_config(directory, registration.config | {"hermesTokenFile": str(token)})
+                path = register_node(server, tmp_path / source, hermes_url=hermes.url,
+                                     session_token=hermes.session_token, name=source, source=source,
+                                     allowedProfiles=PROFILES)  # fmt: skip
                 runners.append(RunnerProcess(path, tmp_path / "logs", name=source))
             for runner in runners:
                 runner.wait_for("runner connected")

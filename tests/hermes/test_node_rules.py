@@ -14,7 +14,7 @@ from talaria.hub.turns import team_tools
 from talaria.hub.turns.driver import TurnResult
 from talaria.testing.model_server import ModelServer, reply, slow, when
 from talaria.testing.real_hermes import RealHermes
-from tests.hermes.conftest import Node, start_node
+from tests.hermes.conftest import Node, running_node
 from tests.hermes.sessions import Session
 
 
@@ -56,13 +56,8 @@ def test_a_method_off_the_allow_list_and_a_post_are_refused(node: Node) -> None:
 def export_node(tmp_path: Path, hermes: RealHermes, model: ModelServer) -> Iterator[tuple[Node, Path]]:
     root = tmp_path / "artifacts"
     root.mkdir()
-    made = start_node(tmp_path, hermes, model, artifactRoots=[str(root)])
-    try:
+    with running_node(tmp_path, hermes, model, artifactRoots=[str(root)]) as made:
         yield made, root
-    finally:
-        made.runner.stop()
-        made.runner.close()
-        made.server.stop()
 
 
 def test_export_inside_an_artifact_root_works_and_outside_is_refused(export_node: tuple[Node, Path]) -> None:
@@ -85,14 +80,9 @@ def test_export_inside_an_artifact_root_works_and_outside_is_refused(export_node
 @pytest.fixture
 def safe_mode_node(tmp_path: Path, model: ModelServer, hermes_executable: Path) -> Iterator[Node]:
     """A Hermes in safe mode: the plugin's routes load but its hooks do not (hermes.md 8)."""
-    with RealHermes(tmp_path / "hermes", model.base_url, env={"HERMES_SAFE_MODE": "1"}) as hermes:
-        made = start_node(tmp_path, hermes, model)
-        try:
-            yield made
-        finally:
-            made.runner.stop()
-            made.runner.close()
-            made.server.stop()
+    hermes = RealHermes(tmp_path / "hermes", model.base_url, env={"HERMES_SAFE_MODE": "1"})
+    with hermes, running_node(tmp_path, hermes, model) as made:
+        yield made
 
 
 def test_a_plugin_without_its_hooks_is_not_ready_and_nothing_is_bound_or_submitted(safe_mode_node: Node) -> None:

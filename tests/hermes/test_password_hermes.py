@@ -16,7 +16,7 @@ from talaria.hub.runners import machine_api
 from talaria.hub.turns.driver import TurnResult
 from talaria.testing.model_server import ModelServer, ToolSelector, reply, tool_call, when
 from talaria.testing.real_hermes import RealHermes
-from tests.hermes.conftest import Node, start_node
+from tests.hermes.conftest import Node, running_node
 
 PASSWORD = "pw-" + secrets.token_urlsafe(18)
 
@@ -47,13 +47,10 @@ def gated(tmp_path: Path, model: ModelServer, hermes_executable: Path, seen_by_h
     with RealHermes(tmp_path / "hermes", model.base_url, host="0.0.0.0", config_extra=basic) as hermes:
         status = httpx.get(f"{hermes.url}/api/status", timeout=5).json()
         assert status["auth_required"] is True
-        made = start_node(tmp_path, hermes, model, hermesCredentials={"username": "operator", "password": PASSWORD})
-        try:
+        with running_node(
+            tmp_path, hermes, model, hermesCredentials={"username": "operator", "password": PASSWORD}
+        ) as made:
             yield made
-        finally:
-            made.runner.stop()
-            made.runner.close()
-            made.server.stop()
 
 
 def test_the_runner_logs_in_and_the_password_goes_nowhere(
@@ -83,13 +80,9 @@ def test_a_wrong_password_is_hermes_unavailable_without_the_password(
     basic = f'dashboard:\n  basic_auth:\n    username: operator\n    password: "{PASSWORD}"\n'
     wrong = "wrong-" + secrets.token_urlsafe(12)
     with RealHermes(tmp_path / "hermes", model.base_url, host="0.0.0.0", config_extra=basic) as hermes:
-        node = start_node(tmp_path, hermes, model, hermesCredentials={"username": "operator", "password": wrong})
-        try:
+        credentials = {"username": "operator", "password": wrong}
+        with running_node(tmp_path, hermes, model, hermesCredentials=credentials) as node:
             answer = node.call(node.server.hub.channels.open_gateway(node.runner_id, node.account()))
             assert getattr(answer, "code", None) == "hermes_unavailable", answer
             assert "401" in answer.message and wrong not in answer.message and PASSWORD not in answer.message
             node.runner.assert_silent_about(wrong, PASSWORD)
-        finally:
-            node.runner.stop()
-            node.runner.close()
-            node.server.stop()

@@ -386,6 +386,29 @@ def write_config(directory: Path, config: dict[str, Any], mode: int = 0o600) -> 
     return path
 
 
+def register_node(
+    server: HubServer,
+    directory: Path,
+    *,
+    hermes_url: str,
+    session_token: str,
+    tenant: str = "default",
+    **fields: Any,
+) -> Path:
+    """Register a runner (``fields`` as in ``POST /api/admin/runners``; default name ``node``, profile
+    ``default``) and write its runner.json in ``directory`` with ``hermesTokenFile`` naming a mode-600 file
+    that holds Hermes' session token. Returns the runner.json path."""
+    from talaria.hub.runners.registry import parse_registration
+
+    body = {"name": "node", "allowedProfiles": ["default"], "hermesURL": hermes_url} | fields
+    registration = server.hub.registry.register(tenant, parse_registration(body, default_server_url=server.url))
+    directory.mkdir(parents=True, exist_ok=True)
+    token_file = directory / "hermes-token"
+    token_file.write_text(session_token)
+    token_file.chmod(0o600)
+    return write_config(directory, registration.config | {"hermesTokenFile": str(token_file)})
+
+
 def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("TALARIA_")}
 

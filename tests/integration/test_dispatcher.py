@@ -15,11 +15,10 @@ import httpx
 import pytest
 
 from talaria.clock import SystemClock
-from talaria.hub.runners.registry import parse_registration
 from talaria.testing.hermes_fixture import HermesFixture
 from talaria.testing.hub_server import HubServer
 from tests.conftest import add_account, login
-from tests.integration.runner_support import RunnerProcess, write_config
+from tests.integration.runner_support import RunnerProcess, register_node
 
 
 @dataclass
@@ -70,23 +69,10 @@ class Env:
             time.sleep(0.05)
 
 
-def register_node(server: HubServer, hermes: HermesFixture, directory: Path) -> Path:
-    """Register a runner for source ``local`` and write its runner.json (with a Hermes token file)."""
-    fields = parse_registration(
-        {"name": "node", "allowedProfiles": ["default"], "hermesURL": hermes.url}, default_server_url=server.url
-    )
-    registration = server.hub.registry.register("default", fields)
-    directory.mkdir(parents=True)
-    token_file = directory / "hermes-token"
-    token_file.write_text(hermes.session_token)
-    token_file.chmod(0o600)
-    return write_config(directory, registration.config | {"hermesTokenFile": str(token_file)})
-
-
 def prepared(server: HubServer, hermes: HermesFixture, tmp_path: Path) -> Env:
     add_account(server, "alice", allowed_profiles={"local": ["default"]})
     add_account(server, "bob", "admin", allowed_profiles={"local": ["default"]})
-    path = register_node(server, hermes, tmp_path / "node")
+    path = register_node(server, tmp_path / "node", hermes_url=hermes.url, session_token=hermes.session_token)
     return Env(server, hermes, login(server, "alice"), login(server, "bob"), tmp_path, path)
 
 
@@ -225,7 +211,9 @@ def test_a_node_re_registered_between_attempts_fails_the_job_target_changed(tmp_
             assert env.bob.delete(f"/api/admin/runners/{old.id}").status_code == 200
             assert env.runner is not None
             env.runner.wait(15)  # the disabled runner stops for good
-            env.config_path = register_node(server, hermes, tmp_path / "node-2")
+            env.config_path = register_node(
+                server, tmp_path / "node-2", hermes_url=hermes.url, session_token=hermes.session_token
+            )
             env.start_runner()
             time.sleep(3.5)
             server.hub.engine.expire_due()
@@ -264,17 +252,9 @@ def test_fifty_jobs_across_three_profiles_on_two_runners_all_finish_none_twice(t
             add_account(server, "alice", allowed_profiles={"local": profiles, "lab": profiles})
             add_account(server, "bob", "admin", allowed_profiles={"local": ["default"]})
             for source in ("local", "lab"):
-                fields = parse_registration(
-                    {"name": source, "source": source, "allowedProfiles": profiles, "hermesURL": hermes.url},
-                    default_server_url=server.url,
-                )
-                registration = server.hub.registry.register("default", fields)
-                directory = tmp_path / source
-                directory.mkdir()
-                token_file = directory / "hermes-token"
-                token_file.write_text(hermes.session_token)
-                token_file.chmod(0o600)
-                path = write_config(directory, registration.config | {"hermesTokenFile": str(token_file)})
+                path = register_node(server, tmp_path / source, hermes_url=hermes.url,
+                                     session_token=hermes.session_token, name=source, source=source,
+                                     allowedProfiles=profiles)  # fmt: skip
                 runners.append(RunnerProcess(path, tmp_path / "logs", name=source))
             for runner in runners:
                 runner.wait_for("runner connected")
@@ -355,15 +335,8 @@ def test_tenants_take_turns_when_the_hub_has_one_slot(tmp_path: Path) -> None:
             for tenant, author, admin in (("default", "alice", "bob"), ("acme", "carol", "dave")):
                 add_account(server, author, tenant=tenant, allowed_profiles={"local": ["default"]})
                 add_account(server, admin, "admin", tenant=tenant, allowed_profiles={"local": ["default"]})
-                fields = parse_registration({"name": tenant, "allowedProfiles": ["default"], "hermesURL": hermes.url},
-                                            default_server_url=server.url)  # fmt: skip
-                registration = server.hub.registry.register(tenant, fields)
-                directory = tmp_path / tenant
-                directory.mkdir()
-                token_file = directory / "hermes-token"
-                token_file.write_text(hermes.session_token)
-                token_file.chmod(0o600)
-                path = write_config(directory, registration.config | {"hermesTokenFile": str(token_file)})
+                path = register_node(server, tmp_path / tenant, hermes_url=hermes.url,
+                                     session_token=hermes.session_token, tenant=tenant, name=tenant)  # fmt: skip
                 runners.append(RunnerProcess(path, tmp_path / "logs", name=tenant))
                 clients += [login(server, author), login(server, admin)]
             for runner in runners:

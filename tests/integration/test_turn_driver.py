@@ -15,13 +15,12 @@ import pytest
 
 from talaria.clock import SystemClock
 from talaria.errors import TalariaError
-from talaria.hub.runners.registry import parse_registration
 from talaria.hub.runners.state import AccountRef
 from talaria.hub.turns.driver import TurnDriver, TurnResult
 from talaria.testing.hermes_fixture import HermesFixture
 from talaria.testing.hub_server import HubServer
 from tests.conftest import add_account, login
-from tests.integration.runner_support import RunnerProcess, outcome, spawn, wait_until, write_config
+from tests.integration.runner_support import RunnerProcess, outcome, register_node, spawn, wait_until
 
 
 @dataclass
@@ -47,18 +46,10 @@ def env(tmp_path: Path) -> Iterator[Env]:
             add_account(server, "alice", allowed_profiles={"local": ["default"]})
             created = server.hub.accounts.get("alice")
             assert created is not None
-            fields = parse_registration(
-                {"name": "node", "allowedProfiles": ["default"], "hermesURL": hermes.url}, default_server_url=server.url
-            )
-            registration = server.hub.registry.register("default", fields)
-            token_file = tmp_path / "node" / "hermes-token"
-            token_file.parent.mkdir()
-            token_file.write_text(hermes.session_token)
-            token_file.chmod(0o600)
-            path = write_config(tmp_path / "node", registration.config | {"hermesTokenFile": str(token_file)})
+            path = register_node(server, tmp_path / "node", hermes_url=hermes.url, session_token=hermes.session_token)
             runner = RunnerProcess(path, tmp_path / "logs")
             runner.wait_for("runner connected")
-            runner_id = registration.runner.id
+            runner_id = json.loads(path.read_text())["runnerId"]
             wait_until(lambda: runner_id in server.hub.runners.states, what="the hub state")
             account = AccountRef("alice", created.tenant, created.auth_version)
             yield Env(server, hermes, runner_id, account, TurnDriver(server.hub.channels, server.hub.registry))

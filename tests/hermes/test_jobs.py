@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -13,9 +13,8 @@ import pytest
 from talaria.testing.model_server import reply, slow, when
 from tests.conftest import add_account, login
 from tests.hermes.conftest import Node
+from tests.hermes.job_support import People, approved, finished, wait_job
 from tests.integration.runner_support import RunnerProcess
-
-People = tuple[httpx.Client, httpx.Client]
 
 
 @pytest.fixture
@@ -27,30 +26,6 @@ def people(node: Node) -> Iterator[tuple[httpx.Client, httpx.Client]]:
     finally:
         alice.close()
         root.close()
-
-
-def approved(alice: httpx.Client, root: httpx.Client, prompt: str, profile: str = "default") -> dict[str, Any]:
-    task = alice.post("/api/tasks", json={"title": "t", "prompt": prompt, "cell": "local", "profile": profile})
-    task_id = task.json()["task"]["id"]
-    assert alice.post(f"/api/tasks/{task_id}/submit").status_code == 200
-    answer = root.post(f"/api/tasks/{task_id}/approve")
-    assert answer.status_code == 200, answer.text
-    job: dict[str, Any] = answer.json()["job"]
-    return job
-
-
-def wait_job(root: httpx.Client, job_id: str, done: Callable[[dict[str, Any]], bool], timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        job = root.get(f"/api/jobs/{job_id}").json()["job"]
-        if done(job):
-            return job
-        assert time.monotonic() < deadline, job
-        time.sleep(0.1)
-
-
-def finished(job: dict[str, Any]) -> bool:
-    return job["state"] in ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
 def test_an_approved_task_succeeds_with_the_model_s_reply(node: Node, people: People) -> None:
@@ -109,3 +84,23 @@ def test_the_author_losing_the_profile_while_queued_fails_not_admitted_and_the_m
     done = wait_job(root, job["id"], finished)
     assert done["state"] == "FAILED" and done["result"]["code"] == "runner_command_not_admitted", done["result"]
     assert not any("nobody may run" in json.dumps(r.body) for r in node.model.requests())
+
+
+def test_a_runner_offline_before_submission_makes_the_job_wait_then_run_once(node: Node, people: People) -> None:
+    alice, root = people
+    node.model.script(when("patience", reply("Worth the wait.")))
+    node.runner.proc.send_signal(signal.SIGSTOP)  # frozen: the hub still holds its state, commands go nowhere
+    try:
+        job = approved(alice, root, "patience, please")
+        wait_job(root, job["id"], lambda j: j["state"] == "RUNNING", timeout=10)
+        time.sleep(32)  # the first command's 30 s deadline passes undelivered: runner_offline, nothing submitted
+        now = root.get(f"/api/jobs/{job['id']}").json()["job"]
+        assert now["state"] == "RUNNING", now  # kept, heartbeating, waiting for the runner
+        assert not any("patience" in json.dumps(r.body) for r in node.model.requests())
+    finally:
+        node.runner.proc.send_signal(signal.SIGCONT)
+    done = wait_job(root, job["id"], finished)
+    assert done["state"] == "SUCCEEDED" and done["attempt"] == 1, done
+    assert done["result"]["outputs"]["reply"] == "Worth the wait."
+    marker = f":{job['id']}]"
+    assert sum(1 for r in node.model.chat_requests() if r.tools and marker in (r.last_user or "")) == 1

@@ -6,15 +6,11 @@ variable of the calling environment removed except those a test sets.
 
 from __future__ import annotations
 
-import os
-import queue
 import re
 import signal
 import socket
 import sqlite3
 import subprocess
-import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,38 +27,11 @@ from talaria.lifecycle.engine import Engine
 from talaria.settings import Settings
 from talaria.store import migrations
 from talaria.store.sqlite import SQLiteStore
+from tests.integration.cli_support import HubProcess, clean_env, free_port, talaria
 
 PASSWORD = "correct horse battery staple"
 NOT_FOUND = b'{"code":"not_found","error":"not found"}'
-READY = re.compile(r"^talaria hub listening on (http://127\.0\.0\.1:(\d+))\n$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TALARIA_")}
-    env.update(extra)
-    return env
-
-
-def talaria(
-    *args: str, cwd: Path, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "talaria", *args],
-        input=stdin if stdin is not None else "",
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env if env is not None else clean_env(),
-        timeout=timeout,
-        check=False,
-    )
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def assert_port_free(port: int, host: str = "127.0.0.1") -> None:
@@ -75,65 +44,6 @@ def assert_not_listening(port: int) -> None:
     """Connecting is refused (binding could still fail on the server side's TIME_WAIT connections)."""
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
         pass
-
-
-class HubProcess:
-    """``talaria hub ...`` with stdout read line by line in a thread and stderr in a file."""
-
-    def __init__(self, cwd: Path, args: list[str], env: dict[str, str]) -> None:
-        self.stderr_path = cwd / f"hub-{id(self)}.stderr"
-        self._stderr = self.stderr_path.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "talaria", "hub", *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            cwd=cwd,
-            env=env,
-        )
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def stderr(self) -> str:
-        self._stderr.flush()
-        return self.stderr_path.read_text()
-
-    def ready(self, timeout: float = 30) -> tuple[str, str]:
-        """Wait for the ready line; returns (line, url)."""
-        line = self.lines.get(timeout=timeout)
-        if line is None:
-            self.proc.wait(timeout=10)
-            pytest.fail(f"the hub exited with {self.proc.returncode} before it was ready:\n{self.stderr()}")
-        match = READY.match(line)
-        assert match, f"unexpected first line {line!r}"
-        return line, match.group(1)
-
-    def stop(self, sig: signal.Signals, timeout: float = 15) -> tuple[int, list[str]]:
-        """Send ``sig`` and wait; returns the exit code and the stdout lines after the ready line."""
-        self.proc.send_signal(sig)
-        code = self.proc.wait(timeout=timeout)
-        self._reader.join(timeout=5)
-        rest: list[str] = []
-        while (line := self.lines.get_nowait()) is not None:
-            rest.append(line)
-        return code, rest
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        self._reader.join(timeout=5)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        self._stderr.close()
 
 
 @pytest.fixture

@@ -1,0 +1,191 @@
+"""The hub process killed (SIGKILL) in the middle of a job's turn and started again over the same data directory
+(the dispatcher issue, hermes.md 11, runner-protocol.md 5.2), with a real ``talaria hub`` process, a real runner
+process and a real Hermes.
+
+When the hub goes away, the runner's poll fails and its local disconnect interrupts every session it still has
+marked running. So what the restarted hub can recover depends on where the turn was:
+
+- the hub hung (SIGSTOP) while the turn went on, Hermes finished it, then the hub was killed: nothing was running
+  when the runner noticed, the reply is in Hermes' history, and the job's next attempt completes from it;
+- the hub killed while the turn still streamed: the runner interrupted it, the history holds the marked prompt and
+  no reply, and the next attempt fails ``runner_command_uncertain``.
+
+Either way the model sees the prompt exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from talaria.testing.model_server import ModelServer, slow, when
+from talaria.testing.real_hermes import RealHermes
+from tests.hermes.job_support import approved, finished, wait_job
+from tests.integration.cli_support import HubProcess, clean_env, free_port, talaria
+from tests.integration.runner_support import RunnerProcess
+
+PASSWORD = "correct horse battery staple"
+LEASE = {"TALARIA_LIFECYCLE_LEASE_TTL_S": "3", "TALARIA_LIFECYCLE_HEARTBEAT_INTERVAL_S": "1",
+         "TALARIA_LIFECYCLE_REAPER_INTERVAL_S": "1"}  # fmt: skip
+
+
+@dataclass
+class Site:
+    """A ``talaria hub`` process, its data directory, one runner process, and two signed-in people."""
+
+    tmp: Path
+    url: str
+    hub: HubProcess
+    runner: RunnerProcess
+    alice: httpx.Client
+    root: httpx.Client
+
+    def hub_args(self) -> list[str]:
+        return ["--data-dir", str(self.tmp / "data"), "--port", self.url.rsplit(":", 1)[1]]
+
+    def restart_hub(self) -> None:
+        self.hub.close()
+        self.hub = HubProcess(self.tmp, self.hub_args(), clean_env(**LEASE))
+        self.hub.ready()
+
+
+def sign_in(url: str, username: str) -> httpx.Client:
+    client = httpx.Client(base_url=url, headers={"Origin": url}, timeout=30)
+    answer = client.post("/api/auth/login", json={"username": username, "password": PASSWORD})
+    assert answer.status_code == 200, answer.text
+    client.headers["X-CSRF-Token"] = answer.json()["csrfToken"]
+    return client
+
+
+def register_node(tmp: Path, url: str, hermes: RealHermes, name: str) -> Path:
+    """`talaria admin runners register` (source `local`) and the node's Hermes token file; returns runner.json."""
+    config = tmp / name / "runner.json"
+    config.parent.mkdir()
+    node = ["--name", name, "--profile", "default", "--server-url", url, "--hermes-url", hermes.url]
+    registered = talaria("admin", "runners", "register", "--data-dir", str(tmp / "data"), *node, "--out", str(config),
+                         cwd=tmp)  # fmt: skip
+    assert registered.returncode == 0, registered.stderr
+    token_file = tmp / name / "hermes-token"
+    token_file.write_text(hermes.session_token)
+    token_file.chmod(0o600)
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"hermesTokenFile": str(token_file)}))
+    return config
+
+
+@pytest.fixture
+def site(tmp_path: Path, hermes: RealHermes) -> Iterator[Site]:
+    data = str(tmp_path / "data")
+    for username, role in (("alice", "user"), ("root", "admin")):
+        created = talaria("admin", "create-user", "--data-dir", data, "--username", username, "--role", role,
+                          "--allow", "local:default", cwd=tmp_path, stdin=PASSWORD + "\n")  # fmt: skip
+        assert created.returncode == 0, created.stderr
+    url = f"http://127.0.0.1:{free_port()}"
+    config = register_node(tmp_path, url, hermes, "node")
+    hub = HubProcess(tmp_path, ["--data-dir", data, "--port", url.rsplit(":", 1)[1]], clean_env(**LEASE))
+    hub.ready()
+    runner = RunnerProcess(config, tmp_path / "logs")
+    made: Site | None = None
+    try:
+        runner.wait_for("runner connected", timeout=30)
+        made = Site(tmp_path, url, hub, runner, sign_in(url, "alice"), sign_in(url, "root"))
+        yield made
+    finally:
+        if made is not None:  # the test may have replaced the hub and the runner
+            made.alice.close()
+            made.root.close()
+            hub, runner = made.hub, made.runner
+        runner.close()
+        hub.close()
+
+
+def stored_reply(hermes: RealHermes, marker: str) -> str | None:
+    """The assistant's reply that follows the user row holding ``marker`` in Hermes' own history, if any."""
+    headers = {"X-Hermes-Session-Token": hermes.session_token}
+    with httpx.Client(base_url=hermes.url, headers=headers, timeout=10) as client:
+        for session in client.get("/api/sessions", params={"limit": 50}).json()["sessions"]:
+            rows = client.get(f"/api/sessions/{session['id']}/messages").json()["messages"]
+            for index, row in enumerate(rows):
+                if row["role"] == "user" and marker in (row.get("content") or ""):
+                    after = rows[index + 1] if index + 1 < len(rows) else None
+                    if after is not None and after["role"] == "assistant" and after.get("finish_reason") == "stop":
+                        return str(after["content"])
+    return None
+
+
+def prompt_seen(model: ModelServer, job: dict[str, Any]) -> int:
+    marker = f":{job['id']}]"
+    return sum(1 for r in model.chat_requests() if r.tools and marker in (r.last_user or ""))
+
+
+def test_a_hub_that_hung_and_was_killed_mid_turn_completes_the_job_from_the_history(
+    site: Site, hermes: RealHermes, model: ModelServer
+) -> None:
+    text = "the answer " * 8
+    model.script(when("hung hub", slow(text, first_byte_delay_s=1.0, chunk_delay_s=0.25)))
+    job = approved(site.alice, site.root, "finish this while the hung hub waits")
+    model.wait_for(lambda log: any("hung hub" in (r.last_user or "") for r in log), timeout=60)
+    os.kill(site.hub.proc.pid, signal.SIGSTOP)  # the hub stops answering mid-turn; Hermes goes on
+    deadline = time.monotonic() + 60
+    while stored_reply(hermes, f":{job['id']}]") is None:
+        assert time.monotonic() < deadline, "Hermes never stored the reply"
+        time.sleep(0.2)
+    site.hub.proc.kill()  # SIGKILL while stopped: the runner's requests fail, nothing of the turn is running
+    site.hub.proc.wait(10)
+    site.restart_hub()
+    site.runner.wait_for("runner connected", count=2, timeout=60)
+    done = wait_job(site.root, job["id"], finished, timeout=90)
+    assert done["state"] == "SUCCEEDED", done
+    assert done["attempt"] == 2, done  # attempt 1's lease expired with the hub; attempt 2 read the history
+    assert done["result"]["outputs"]["reply"] == text.strip()
+    assert prompt_seen(model, job) == 1
+    assert site.root.get("/api/audit/verify").json()["ok"] is True
+
+
+def test_a_hub_killed_while_the_turn_streams_fails_the_job_uncertain_and_never_replays_it(
+    site: Site, hermes: RealHermes, model: ModelServer
+) -> None:
+    model.script(when("killed hub", slow("word " * 60, first_byte_delay_s=1.0, chunk_delay_s=0.25)))
+    job = approved(site.alice, site.root, "keep writing when the killed hub is gone")
+    model.wait_for(lambda log: any("killed hub" in (r.last_user or "") for r in log), timeout=60)
+    site.hub.proc.kill()
+    site.hub.proc.wait(10)
+    site.runner.wait_for("runner disconnected: transport", timeout=30)
+    site.restart_hub()
+    done = wait_job(site.root, job["id"], finished, timeout=90)
+    assert done["state"] == "FAILED" and done["attempt"] == 2, done
+    assert done["result"]["code"] == "runner_command_uncertain", done["result"]
+    assert done["result"]["retryable"] is False
+    assert stored_reply(hermes, f":{job['id']}]") is None  # the runner interrupted the turn (5.2)
+    assert prompt_seen(model, job) == 1
+
+
+def test_a_node_re_registered_while_the_hub_was_down_fails_the_next_attempt_target_changed(
+    site: Site, hermes: RealHermes, model: ModelServer
+) -> None:
+    model.script(when("moving node", slow("word " * 60, first_byte_delay_s=1.0, chunk_delay_s=0.25)))
+    job = approved(site.alice, site.root, "a turn on the moving node")
+    model.wait_for(lambda log: any("moving node" in (r.last_user or "") for r in log), timeout=60)
+    site.hub.proc.kill()
+    site.hub.proc.wait(10)
+    old_id = json.loads((site.tmp / "node" / "runner.json").read_text())["runnerId"]
+    disabled = talaria("admin", "runners", "disable", "--data-dir", str(site.tmp / "data"), old_id, cwd=site.tmp)
+    assert disabled.returncode == 0, disabled.stderr
+    config = register_node(site.tmp, site.url, hermes, "node-2")
+    site.restart_hub()
+    assert site.runner.wait(30) == 1  # the old runner is refused for good (runner_unauthorized)
+    site.runner.close()
+    site.runner = RunnerProcess(config, site.tmp / "logs", name="runner-2")
+    site.runner.wait_for("runner connected", timeout=30)
+    done = wait_job(site.root, job["id"], finished, timeout=90)
+    assert done["state"] == "FAILED" and done["attempt"] == 2, done
+    assert done["result"]["code"] == "runner_target_changed", done["result"]
+    assert prompt_seen(model, job) == 1

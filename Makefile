@@ -8,9 +8,11 @@ STAMP := $(VENV)/.installed
 HERMES_VERSION := 0.19.0
 HERMES_VENV := .venv-hermes
 HERMES_STAMP := $(HERMES_VENV)/.installed-$(HERMES_VERSION)
+CHROMIUM ?= /usr/bin/chromium
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
 
 .DEFAULT_GOAL := help
-.PHONY: help venv hermes demo test lint bench clean
+.PHONY: help venv hermes browser demo test lint bench clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -34,10 +36,22 @@ $(HERMES_STAMP): constraints-hermes.txt
 
 hermes: $(HERMES_STAMP) ## create .venv-hermes with the pinned hermes-agent
 
+# The browser tests drive Debian's chromium through Playwright (never `playwright install`). Installing it needs
+# root (or sudo); without it tests/browser fails saying how to install it.
+browser: ## install Debian's chromium for the browser tests when it is missing (apt-get)
+	@if [ -x "$(CHROMIUM)" ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then echo "installing Debian's chromium (apt-get)"; \
+	  $(APT_INSTALL) >/dev/null || { apt-get update -qq && $(APT_INSTALL) >/dev/null; } \
+	  || echo "warning: could not install chromium"; \
+	elif command -v sudo >/dev/null; then echo "installing Debian's chromium (sudo apt-get)"; \
+	  sudo sh -c '$(APT_INSTALL) >/dev/null || { apt-get update -qq && $(APT_INSTALL) >/dev/null; }' \
+	  || echo "warning: could not install chromium"; \
+	else echo "warning: chromium is missing and this user cannot install it (apt-get install chromium)"; fi
+
 demo: $(STAMP) $(HERMES_STAMP) ## run the product end to end on the embedded SQLite default (Ctrl-C stops the hub)
 	$(BIN)/talaria demo
 
-test: $(STAMP) $(HERMES_STAMP) ## run the whole test suite (tests/hermes runs real Hermes from .venv-hermes)
+test: $(STAMP) $(HERMES_STAMP) browser ## run the whole test suite (tests/hermes runs real Hermes from .venv-hermes)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP) ## ruff (lint + format check) and mypy --strict

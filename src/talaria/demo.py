@@ -286,6 +286,7 @@ def run_demo(*, keep_serving: bool = True, port: int = 0) -> int:
         print((verify.stdout or verify.stderr).strip(), flush=True)
         if verify.returncode != 0:
             return 1
+        _step(f"web UI: {url}/login (sign in as bob, an admin, with the password in the file above)")
         if keep_serving:
             _step(f"the hub keeps serving at {url}; Ctrl-C stops it")
             with contextlib.suppress(KeyboardInterrupt):

@@ -14,6 +14,7 @@ import structlog
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import State
+from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from talaria import __version__
@@ -24,6 +25,8 @@ from talaria.hub.runners import admin_api as runner_admin
 from talaria.hub.runners import machine_api
 from talaria.hub.runtime import routes as runtime_routes
 from talaria.hub.state import Hub, open_hub
+from talaria.hub.web import pages as web_pages
+from talaria.hub.web.render import STATIC_DIR, Pages
 from talaria.settings import Settings
 
 log = structlog.get_logger("talaria.hub")
@@ -108,11 +111,14 @@ def create_app(
         redoc_url=None,
     )
     errors.install(app)
+    app.state.pages = Pages(clock.now_ms)
     routers = (api_auth.router, api_accounts.router, api_tasks.router, api_jobs.router, ops.router)
     for router in (*routers, runner_admin.router, api_sources.router):
         app.include_router(router)
     if settings.runtime_api_enabled:
         app.include_router(runtime_routes.router)
+    app.include_router(web_pages.router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.add_middleware(errors.InternalErrorGuard)
     app.add_middleware(BodyLimit)
     app.add_middleware(AccessLog)

@@ -114,6 +114,9 @@ class TaskOp(StrEnum):
     RECONCILE = "reconcile"
 
 
+TASK_FINAL: frozenset[str] = frozenset({TaskState.REJECTED, TaskState.CANCELLED, TaskState.SUCCEEDED, TaskState.FAILED})
+"""Task states nothing leaves."""
+
 _TASK_TABLE: dict[tuple[str, str], str] = {
     (TaskState.DRAFT, TaskOp.SUBMIT): TaskState.PENDING_APPROVAL,
     (TaskState.PENDING_APPROVAL, TaskOp.APPROVE): TaskState.APPROVED,

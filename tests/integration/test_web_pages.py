@@ -1,0 +1,112 @@
+"""The web pages over HTTP (issue: web UI): headers, sign-in redirects, admin-only pages, escaping, live parts.
+The browser tests (tests/browser) drive the same pages in chromium."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from talaria.testing.hub_server import HubServer
+from tests.conftest import add_account, login
+
+PAGES = ["/tasks", "/jobs", "/audit", "/settings", "/settings/nodes", "/settings/accounts", "/settings/accounts/alice"]
+
+
+@pytest.fixture
+def hub(runtime_hub: HubServer) -> HubServer:
+    add_account(runtime_hub, "root", "admin", allowed_profiles={"local": ["default"]})
+    add_account(runtime_hub, "alice", allowed_profiles={"local": ["default"]})
+    add_account(runtime_hub, "mallory", tenant="other", allowed_profiles={"local": ["default"]})
+    return runtime_hub
+
+
+def test_every_page_is_html_with_a_strict_content_security_policy(hub: HubServer) -> None:
+    root = login(hub, "root")
+    try:
+        for path in PAGES:
+            page = root.get(path)
+            assert page.status_code == 200, (path, page.text)
+            assert page.headers["content-type"] == "text/html; charset=utf-8"
+            csp = page.headers["content-security-policy"]
+            assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
+            assert page.headers["cache-control"] == "no-store"
+            assert page.headers["x-content-type-options"] == "nosniff"
+            assert "<script>" not in page.text and " style=" not in page.text  # nothing inline
+            assert f'<meta name="csrf-token" content="{root.headers["X-CSRF-Token"]}">' in page.text
+    finally:
+        root.close()
+
+
+def test_without_a_session_pages_redirect_to_sign_in_and_live_parts_answer_401(hub: HubServer) -> None:
+    with httpx.Client(base_url=hub.url) as anonymous:
+        for path in PAGES:
+            answer = anonymous.get(path)
+            assert answer.status_code == 303, path
+            assert answer.headers["location"] == "/login?next=" + path.replace("/", "%2F")
+        for path in ("/settings/nodes/live", "/jobs/live", "/tasks/tsk_x/live", "/jobs/job_x/live"):
+            answer = anonymous.get(path)
+            assert answer.status_code == 401
+            assert answer.json() == {"code": "unauthenticated", "error": "sign in first"}
+        assert anonymous.get("/").headers["location"] == "/login"
+        assert anonymous.get("/login").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("given", "kept"),
+    [("/jobs?state=QUEUED", "/jobs?state=QUEUED"), ("https://evil.example/x", "/tasks"), ("//evil.example/x", "/tasks"),
+     ("/\\evil.example", "/tasks"), ("jobs", "/tasks"), ("", "/tasks"), ("/tasks/{csrfToken}", "/tasks")],
+)  # fmt: skip
+def test_sign_in_returns_only_to_a_path_on_this_hub(hub: HubServer, given: str, kept: str) -> None:
+    with httpx.Client(base_url=hub.url) as anonymous:
+        page = anonymous.get("/login", params={"next": given})
+    assert page.status_code == 200
+    found = re.search(r'data-next="([^"]*)"', page.text)
+    assert found is not None and found.group(1) == kept.replace("&", "&amp;")
+
+
+def test_admin_pages_refuse_a_user_and_a_signed_in_visit_to_login_goes_on(hub: HubServer) -> None:
+    alice = login(hub, "alice")
+    try:
+        for path in ("/settings", "/settings/nodes", "/settings/accounts", "/settings/accounts/root"):
+            page = alice.get(path)
+            assert page.status_code == 403 and "admin_required" in page.text, path
+        part = alice.get("/settings/nodes/live")
+        assert part.status_code == 403 and part.json()["code"] == "admin_required"
+        assert 'href="/settings"' not in alice.get("/tasks").text  # no Settings link for a user
+        back = alice.get("/login", params={"next": "/jobs"})
+        assert back.status_code == 303 and back.headers["location"] == "/jobs"
+    finally:
+        alice.close()
+
+
+def test_text_is_escaped_and_another_tenant_s_task_is_not_found(hub: HubServer) -> None:
+    alice, mallory = login(hub, "alice"), login(hub, "mallory")
+    try:
+        title = '<script>alert("x")</script>'
+        task = alice.post("/api/tasks", json={"title": title, "prompt": "<b>hi</b>", "cell": "local",
+                                              "profile": "default"}).json()["task"]  # fmt: skip
+        page = alice.get(f"/tasks/{task['id']}")
+        assert title not in page.text and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in page.text
+        assert "&lt;b&gt;hi&lt;/b&gt;" in page.text
+        other = mallory.get(f"/tasks/{task['id']}")
+        assert other.status_code == 404 and "not_found" in other.text and "alert(" not in other.text
+        assert mallory.get(f"/tasks/{task['id']}/live").json()["code"] == "not_found"
+    finally:
+        alice.close()
+        mallory.close()
+
+
+def test_pages_are_not_in_the_openapi_document(hub: HubServer) -> None:
+    with httpx.Client(base_url=hub.url) as anonymous:
+        paths = anonymous.get("/openapi.json").json()["paths"]
+    assert not [p for p in paths if not p.startswith("/api/") and p not in ("/healthz", "/readyz", "/metrics")]
+
+
+def test_static_files_are_served_and_a_missing_one_is_the_canonical_404(hub: HubServer) -> None:
+    with httpx.Client(base_url=hub.url) as anonymous:
+        assert anonymous.get("/static/app.js").headers["content-type"].startswith("text/javascript")
+        assert anonymous.get("/static/app.css").headers["content-type"].startswith("text/css")
+        missing = anonymous.get("/static/nope.js")
+    assert missing.status_code == 404 and missing.json() == {"code": "not_found", "error": "not found"}

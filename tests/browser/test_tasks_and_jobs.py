@@ -138,3 +138,15 @@ def test_a_rejected_task_shows_who_rejected_it_and_why(hub: HubServer, browsers:
     expect(page.get_by_test_id("task-state")).to_have_text("Rejected")
     expect(page.locator("dl.facts")).to_contain_text("bob")
     expect(page.locator("dl.facts")).to_contain_text("too broad")
+
+
+def test_an_admin_checks_the_node_s_hermes_from_the_node_list(
+    hub: HubServer, browsers: Browsers, node: RunnerProcess
+) -> None:
+    page = browsers.context().page()
+    sign_in(page, hub, "bob")
+    page.goto(f"{hub.url}/settings/nodes")
+    page.get_by_role("button", name="Check Hermes on node").click()
+    result = page.get_by_role("status")
+    expect(result).to_contain_text("node: Hermes 0.19.0", timeout=30_000)
+    expect(result).to_contain_text("team tools ready in profile default")

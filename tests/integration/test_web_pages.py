@@ -110,3 +110,42 @@ def test_static_files_are_served_and_a_missing_one_is_the_canonical_404(hub: Hub
         assert anonymous.get("/static/app.css").headers["content-type"].startswith("text/css")
         missing = anonymous.get("/static/nope.js")
     assert missing.status_code == 404 and missing.json() == {"code": "not_found", "error": "not found"}
+
+
+def _rows(html: str) -> int:
+    body = html.split("<tbody>", 1)[1].split("</tbody>", 1)[0] if "<tbody>" in html else ""
+    return body.count("<tr")
+
+
+def _older(html: str) -> str | None:
+    found = re.search(r'<a href="([^"]+)" rel="next">Older entries</a>', html)
+    return found.group(1).replace("&amp;", "&") if found else None
+
+
+def test_long_lists_page_back_through_older_entries(hub: HubServer) -> None:
+    alice, root = login(hub, "alice"), login(hub, "root")
+    try:
+        for n in range(53):
+            task = alice.post("/api/tasks", json={"title": f"task {n}", "prompt": "p", "cell": "local",
+                                                  "profile": "default"}).json()["task"]  # fmt: skip
+            assert alice.post(f"/api/tasks/{task['id']}/submit").status_code == 200
+            assert root.post(f"/api/tasks/{task['id']}/approve").status_code == 200
+        for path, state in (("/tasks", "DISPATCHED"), ("/jobs", "QUEUED"), ("/audit", None)):
+            first = root.get(path, params={"state": state} if state else {})
+            assert first.status_code == 200 and _rows(first.text) == 50, path
+            assert "Back to the newest" not in first.text
+            older = _older(first.text)
+            assert older is not None and older.startswith(path + "?")
+            if state:
+                assert f"state={state}" in older  # the filter is kept
+            second = root.get(older)
+            assert second.status_code == 200 and _rows(second.text) >= 3 and "Back to the newest" in second.text
+        assert _older(root.get("/tasks", params={"state": "DISPATCHED"}).text) is not None
+        assert _older(alice.get("/tasks", params={"state": "REJECTED"}).text) is None  # nothing more to show
+        for path in ("/tasks", "/jobs", "/audit"):
+            bad = root.get(path, params={"cursor": "not-a-cursor"})
+            assert bad.status_code == 400 and "invalid_request" in bad.text, path
+        assert root.get("/jobs/live", params={"cursor": "not-a-cursor"}).json()["code"] == "invalid_request"
+    finally:
+        alice.close()
+        root.close()

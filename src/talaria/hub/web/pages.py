@@ -12,7 +12,7 @@ Without a session a page redirects to ``/login?next=<path>``; a live part answer
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
@@ -31,6 +31,15 @@ router = APIRouter(include_in_schema=False)
 
 TASK_STATES = [s.name for s in TaskState]
 JOB_STATES = [s.name for s in JobState]
+PAGE_SIZE = 50
+
+
+def _link(path: str, **params: str | None) -> str:
+    """``path`` with the given query parameters, leaving out the empty ones."""
+    query = urlencode({k: v for k, v in params.items() if v})
+    return f"{path}?{query}" if query else path
+
+
 HERMES_DEFAULT_URL = "http://127.0.0.1:9119"
 
 
@@ -124,15 +133,21 @@ async def _task_choices(user: WebUser, hub: Hub) -> dict[str, Any]:
 
 
 @router.get("/tasks")
-async def tasks_page(request: Request, state: str | None = None) -> Response:
+async def tasks_page(request: Request, state: str | None = None, cursor: str | None = None) -> Response:
     user = await _page(request)
     if isinstance(user, Response):
         return user
     hub = _hub(request)
     chosen = state if state in TASK_STATES else None
-    listed = await api_tasks.list_tasks(user=user, hub=hub, state=chosen, limit=100, cursor=None)
+    try:
+        listed = await api_tasks.list_tasks(user=user, hub=hub, state=chosen, limit=PAGE_SIZE, cursor=cursor)
+    except TalariaError as exc:  # a malformed cursor
+        return _refused(request, user, exc)
+    older = _link("/tasks", state=chosen, cursor=listed["nextCursor"]) if listed["nextCursor"] else None
+    newest = _link("/tasks", state=chosen) if cursor else None
     return _render(request, user, "tasks.html", title="Tasks", section="tasks", tasks=listed["tasks"],
-                   states=TASK_STATES, state=chosen, **await _task_choices(user, hub))  # fmt: skip
+                   states=TASK_STATES, state=chosen, older=older, newest=newest,
+                   **await _task_choices(user, hub))  # fmt: skip
 
 
 async def _task_view(request: Request, user: WebUser, task_id: str) -> dict[str, Any]:
@@ -170,27 +185,41 @@ async def task_live(request: Request, task_id: str) -> Response:
 # --- jobs and audit --------------------------------------------------------------------------------------------
 
 
-async def _jobs_view(request: Request, user: WebUser, state: str | None) -> dict[str, Any]:
+async def _jobs_view(request: Request, user: WebUser, state: str | None, cursor: str | None) -> dict[str, Any]:
     chosen = state if state in JOB_STATES else None
-    listed = await api_jobs.list_jobs(user=user, hub=_hub(request), state=chosen, cell=None, limit=100, cursor=None)
-    return {"jobs": listed["jobs"], "state": chosen}
+    hub = _hub(request)
+    listed = await api_jobs.list_jobs(user=user, hub=hub, state=chosen, cell=None, limit=PAGE_SIZE, cursor=cursor)
+    return {
+        "jobs": listed["jobs"],
+        "state": chosen,
+        "live_url": _link("/jobs/live", state=chosen, cursor=cursor),
+        "older": _link("/jobs", state=chosen, cursor=listed["nextCursor"]) if listed["nextCursor"] else None,
+        "newest": _link("/jobs", state=chosen) if cursor else None,
+    }
 
 
 @router.get("/jobs")
-async def jobs_page(request: Request, state: str | None = None) -> Response:
+async def jobs_page(request: Request, state: str | None = None, cursor: str | None = None) -> Response:
     user = await _page(request)
     if isinstance(user, Response):
         return user
-    view = await _jobs_view(request, user, state)
+    try:
+        view = await _jobs_view(request, user, state, cursor)
+    except TalariaError as exc:  # a malformed cursor
+        return _refused(request, user, exc)
     return _render(request, user, "jobs.html", title="Jobs", section="jobs", states=JOB_STATES, **view)
 
 
 @router.get("/jobs/live")
-async def jobs_live(request: Request, state: str | None = None) -> Response:
+async def jobs_live(request: Request, state: str | None = None, cursor: str | None = None) -> Response:
     user = await _part(request)
     if isinstance(user, Response):
         return user
-    return _render(request, user, "parts/jobs.html", **await _jobs_view(request, user, state))
+    try:
+        view = await _jobs_view(request, user, state, cursor)
+    except TalariaError as exc:
+        return error_response(exc)
+    return _render(request, user, "parts/jobs.html", **view)
 
 
 async def _job_view(request: Request, user: WebUser, job_id: str) -> dict[str, Any]:
@@ -226,16 +255,22 @@ async def job_live(request: Request, job_id: str) -> Response:
 
 
 @router.get("/audit")
-async def audit_page(request: Request) -> Response:
+async def audit_page(request: Request, cursor: str | None = None) -> Response:
     user = await _page(request)
     if isinstance(user, Response):
         return user
     hub = _hub(request)
-    context: dict[str, Any] = {"report": None, "events": []}
+    context: dict[str, Any] = {"report": None, "events": [], "older": None, "newest": None}
     if user.is_admin:
+        try:
+            listed = await api_jobs.list_audit(user=user, hub=hub, task=None, job=None, limit=PAGE_SIZE,
+                                               cursor=cursor)  # fmt: skip
+        except TalariaError as exc:  # a malformed cursor
+            return _refused(request, user, exc)
         context["report"] = await api_jobs.verify_audit(admin=user, hub=hub)
-        listed = await api_jobs.list_audit(user=user, hub=hub, task=None, job=None, limit=100, cursor=None)
         context["events"] = listed["events"]
+        context["older"] = _link("/audit", cursor=listed["nextCursor"]) if listed["nextCursor"] else None
+        context["newest"] = "/audit" if cursor else None
     return _render(request, user, "audit.html", title="Audit", section="audit", **context)
 
 

@@ -158,6 +158,32 @@
     refreshAll();
   }
 
+  // --- "Check Hermes on <node>": the node's Hermes version and team-tool readiness, asked through its runner ------
+
+  document.addEventListener("click", async (event) => {
+    const button = event.target instanceof Element ? event.target.closest("button[data-check]") : null;
+    if (!button) return;
+    const out = document.getElementById("hermes-check");
+    const name = button.dataset.nodeName;
+    out.hidden = false;
+    out.textContent = `Asking Hermes on ${name}…`;
+    try {
+      const response = await fetch(button.dataset.check, { credentials: "same-origin", headers: { Accept: "application/json" } });
+      const answer = await response.json();
+      if (!response.ok) {
+        out.textContent = `${name}: ${describe(response, answer)}`;
+        return;
+      }
+      const tools = answer.teamTools;
+      const readiness = tools.ready
+        ? `team tools ready in profile ${tools.profile} (plugin ${tools.pluginVersion})`
+        : `team tools not ready in profile ${tools.profile}: missing ${tools.missing.join(", ") || "the plugin"}`;
+      out.textContent = `${name}: Hermes ${answer.hermes.version || "of unknown version"}; ${readiness}.`;
+    } catch (_) {
+      out.textContent = `${name}: the hub could not be reached.`;
+    }
+  });
+
   // --- live regions ------------------------------------------------------------------------------------------
 
   const EVERY_MS = 2000;

@@ -22,6 +22,7 @@ from talaria.errors import TalariaError
 from talaria.hub import api_accounts, api_jobs, api_sources, api_tasks
 from talaria.hub.errors import error_response
 from talaria.hub.runners.admin_api import summary
+from talaria.hub.runners.registry import DEFAULT_HERMES_URL
 from talaria.hub.state import Hub
 from talaria.hub.web.render import Pages
 from talaria.hub.websession import COOKIE, WebUser
@@ -38,9 +39,6 @@ def _link(path: str, **params: str | None) -> str:
     """``path`` with the given query parameters, leaving out the empty ones."""
     query = urlencode({k: v for k, v in params.items() if v})
     return f"{path}?{query}" if query else path
-
-
-HERMES_DEFAULT_URL = "http://127.0.0.1:9119"
 
 
 def _hub(request: Request) -> Hub:
@@ -303,7 +301,7 @@ async def nodes_page(request: Request) -> Response:
     hub = _hub(request)
     return _render(request, user, "nodes.html", title="Execution nodes", section="settings", sub="nodes",
                    nodes=await _nodes(request, user), hub_url=hub.settings.public_url,
-                   hermes_url=HERMES_DEFAULT_URL)  # fmt: skip
+                   hermes_url=DEFAULT_HERMES_URL)  # fmt: skip
 
 
 @router.get("/settings/nodes/live")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Locator, Page, expect
 
 from talaria.canonical import sha256_hex
 from talaria.testing.hub_server import HubServer
@@ -18,7 +18,8 @@ from tests.integration.runner_support import RunnerProcess
 HERMES_URL = "http://127.0.0.1:9119"  # never reached: a runner asks Hermes for nothing before a command
 
 
-def node_row(page: Page, name: str) -> object:
+def node_row(page: Page, name: str) -> Locator:
+    """The node list's row of ``name`` (found again after every live refresh)."""
     return page.locator("tr", has=page.get_by_text(name, exact=True))
 
 
@@ -78,7 +79,7 @@ def test_register_download_connect_and_disable_a_node(hub: HubServer, browsers: 
         assert "build-box" in text
         assert token not in text and token_hash not in text
 
-    row = page.locator("tr", has=page.get_by_text("build-box", exact=True))
+    row = node_row(page, "build-box")
     expect(row.get_by_test_id("node-status")).to_have_text("Waiting for connection")
     config_path.chmod(0o600)
     runner = RunnerProcess(config_path, tmp_path / "logs")
@@ -117,7 +118,7 @@ def test_a_dismissed_confirmation_disables_nothing(hub: HubServer, browsers: Bro
     page.get_by_role("button", name="Disable kept").click()
     page.wait_for_timeout(500)
     page.reload()
-    row = page.locator("tr", has=page.get_by_text("kept", exact=True))
+    row = node_row(page, "kept")
     expect(row.get_by_test_id("node-status")).to_have_text("Waiting for connection")
 
 

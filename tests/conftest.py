@@ -1,4 +1,5 @@
-"""Shared fixtures: a real hub on 127.0.0.1 with a temporary data directory and a ManualClock."""
+"""Shared fixtures: a real hub on 127.0.0.1 with a temporary data directory and a ManualClock; the scripted model
+server and the Hermes executable (tests/hermes and tests/browser run real Hermes)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import pytest
 from talaria.clock import ManualClock
 from talaria.logs import configure_logging
 from talaria.testing.hub_server import HubServer
+from talaria.testing.model_server import ModelServer
+from talaria.testing.real_hermes import HermesNotInstalled, hermes_bin
 
 # A synthetic per-run proxy secret (lifecycle.md 11); tests/integration scans files for it.
 PROXY_SECRET = "test-" + secrets.token_hex(24)
@@ -24,6 +27,22 @@ def _structured_logs_to_pytest() -> None:
     """Route the hub's structured logs through standard logging into pytest's capture (shown on a
     failure, scanned for secrets by the acceptance tests) instead of printing them from threads."""
     configure_logging("INFO", to_stderr=False)
+
+
+@pytest.fixture(scope="session")
+def hermes_executable() -> Path:
+    """``hermes`` from .venv-hermes (or TALARIA_HERMES_BIN); without it the test fails saying how to install it."""
+    try:
+        return hermes_bin()
+    except HermesNotInstalled as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture
+def model() -> Iterator[ModelServer]:
+    """The scripted OpenAI-compatible model server on 127.0.0.1."""
+    with ModelServer() as server:
+        yield server
 
 
 @pytest.fixture

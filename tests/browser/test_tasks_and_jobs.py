@@ -14,25 +14,15 @@ from playwright.sync_api import expect
 
 from talaria.testing.hub_server import HubServer
 from talaria.testing.model_server import ModelServer, reply, slow, when
-from talaria.testing.real_hermes import HermesNotInstalled, RealHermes, hermes_bin
+from talaria.testing.real_hermes import RealHermes
 from tests.browser.conftest import DESKTOP, PHONE, Browsers, assert_fits, screenshot_dir, sign_in
 from tests.conftest import login
 from tests.integration.runner_support import RunnerProcess, register_node
 
 
 @pytest.fixture
-def model() -> Iterator[ModelServer]:
-    with ModelServer() as server:
-        yield server
-
-
-@pytest.fixture
-def node(hub: HubServer, model: ModelServer, tmp_path: Path) -> Iterator[RunnerProcess]:
+def node(hub: HubServer, model: ModelServer, tmp_path: Path, hermes_executable: Path) -> Iterator[RunnerProcess]:
     """A real Hermes and a connected runner for source ``local``."""
-    try:
-        hermes_bin()
-    except HermesNotInstalled as exc:
-        pytest.fail(str(exc), pytrace=False)
     with RealHermes(tmp_path / "hermes", model.base_url) as hermes:
         config = register_node(hub, tmp_path / "node", hermes_url=hermes.url, session_token=hermes.session_token)
         runner = RunnerProcess(config, tmp_path / "logs")

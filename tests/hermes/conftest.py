@@ -19,7 +19,7 @@ from talaria.hub.runners.state import AccountRef
 from talaria.hub.turns.driver import TurnDriver
 from talaria.testing.hub_server import HubServer
 from talaria.testing.model_server import ModelServer
-from talaria.testing.real_hermes import HermesNotInstalled, RealHermes, hermes_bin
+from talaria.testing.real_hermes import RealHermes
 from tests.conftest import add_account
 from tests.integration.runner_support import RunnerProcess, outcome, spawn, wait_until, write_config
 
@@ -30,20 +30,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/hermes/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.hermes)
-
-
-@pytest.fixture(scope="session")
-def hermes_executable() -> Path:
-    try:
-        return hermes_bin()
-    except HermesNotInstalled as exc:
-        pytest.fail(str(exc), pytrace=False)
-
-
-@pytest.fixture
-def model() -> Iterator[ModelServer]:
-    with ModelServer() as server:
-        yield server
 
 
 @pytest.fixture

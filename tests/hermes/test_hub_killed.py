@@ -52,6 +52,11 @@ class Site:
     def hub_args(self) -> list[str]:
         return ["--data-dir", str(self.tmp / "data"), "--port", self.url.rsplit(":", 1)[1]]
 
+    def kill_hub(self) -> None:
+        """SIGKILL (a stopped process too) and wait for it to be gone."""
+        self.hub.proc.kill()
+        self.hub.proc.wait(10)
+
     def restart_hub(self) -> None:
         self.hub.close()
         self.hub = HubProcess(self.tmp, self.hub_args(), clean_env(**LEASE))
@@ -121,6 +126,14 @@ def stored_reply(hermes: RealHermes, marker: str) -> str | None:
     return None
 
 
+def turn_under_way(site: Site, model: ModelServer, keyword: str, prompt: str, text: str) -> dict[str, Any]:
+    """An approved job whose prompt (holding ``keyword``) has reached the model, which streams ``text`` slowly."""
+    model.script(when(keyword, slow(text, first_byte_delay_s=1.0, chunk_delay_s=0.25)))
+    job = approved(site.alice, site.root, prompt)
+    model.wait_for(lambda log: any(keyword in (r.last_user or "") for r in log), timeout=60)
+    return job
+
+
 def prompt_seen(model: ModelServer, job: dict[str, Any]) -> int:
     marker = f":{job['id']}]"
     return sum(1 for r in model.chat_requests() if r.tools and marker in (r.last_user or ""))
@@ -130,16 +143,13 @@ def test_a_hub_that_hung_and_was_killed_mid_turn_completes_the_job_from_the_hist
     site: Site, hermes: RealHermes, model: ModelServer
 ) -> None:
     text = "the answer " * 8
-    model.script(when("hung hub", slow(text, first_byte_delay_s=1.0, chunk_delay_s=0.25)))
-    job = approved(site.alice, site.root, "finish this while the hung hub waits")
-    model.wait_for(lambda log: any("hung hub" in (r.last_user or "") for r in log), timeout=60)
+    job = turn_under_way(site, model, "hung hub", "finish this while the hung hub waits", text)
     os.kill(site.hub.proc.pid, signal.SIGSTOP)  # the hub stops answering mid-turn; Hermes goes on
     deadline = time.monotonic() + 60
     while stored_reply(hermes, f":{job['id']}]") is None:
         assert time.monotonic() < deadline, "Hermes never stored the reply"
         time.sleep(0.2)
-    site.hub.proc.kill()  # SIGKILL while stopped: the runner's requests fail, nothing of the turn is running
-    site.hub.proc.wait(10)
+    site.kill_hub()  # while stopped: the runner's requests fail, and nothing of the turn is running any more
     site.restart_hub()
     site.runner.wait_for("runner connected", count=2, timeout=60)
     done = wait_job(site.root, job["id"], finished, timeout=90)
@@ -153,11 +163,8 @@ def test_a_hub_that_hung_and_was_killed_mid_turn_completes_the_job_from_the_hist
 def test_a_hub_killed_while_the_turn_streams_fails_the_job_uncertain_and_never_replays_it(
     site: Site, hermes: RealHermes, model: ModelServer
 ) -> None:
-    model.script(when("killed hub", slow("word " * 60, first_byte_delay_s=1.0, chunk_delay_s=0.25)))
-    job = approved(site.alice, site.root, "keep writing when the killed hub is gone")
-    model.wait_for(lambda log: any("killed hub" in (r.last_user or "") for r in log), timeout=60)
-    site.hub.proc.kill()
-    site.hub.proc.wait(10)
+    job = turn_under_way(site, model, "killed hub", "keep writing when the killed hub is gone", "word " * 60)
+    site.kill_hub()
     site.runner.wait_for("runner disconnected: transport", timeout=30)
     site.restart_hub()
     done = wait_job(site.root, job["id"], finished, timeout=90)
@@ -171,11 +178,8 @@ def test_a_hub_killed_while_the_turn_streams_fails_the_job_uncertain_and_never_r
 def test_a_node_re_registered_while_the_hub_was_down_fails_the_next_attempt_target_changed(
     site: Site, hermes: RealHermes, model: ModelServer
 ) -> None:
-    model.script(when("moving node", slow("word " * 60, first_byte_delay_s=1.0, chunk_delay_s=0.25)))
-    job = approved(site.alice, site.root, "a turn on the moving node")
-    model.wait_for(lambda log: any("moving node" in (r.last_user or "") for r in log), timeout=60)
-    site.hub.proc.kill()
-    site.hub.proc.wait(10)
+    job = turn_under_way(site, model, "moving node", "a turn on the moving node", "word " * 60)
+    site.kill_hub()
     old_id = json.loads((site.tmp / "node" / "runner.json").read_text())["runnerId"]
     disabled = talaria("admin", "runners", "disable", "--data-dir", str(site.tmp / "data"), old_id, cwd=site.tmp)
     assert disabled.returncode == 0, disabled.stderr

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -24,12 +23,6 @@ TOOLS = [
         "function": {"name": "team_" + "b" * 32, "description": "talaria_whoami: who", "parameters": {}},
     },
 ]
-
-
-@pytest.fixture
-def model() -> Iterator[ModelServer]:
-    with ModelServer() as server:
-        yield server
 
 
 def sse(response: httpx.Response) -> tuple[list[dict[str, Any]], bool]:

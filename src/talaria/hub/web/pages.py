@@ -11,6 +11,7 @@ Without a session a page redirects to ``/login?next=<path>``; a live part answer
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -39,6 +40,15 @@ def _link(path: str, **params: str | None) -> str:
     """``path`` with the given query parameters, leaving out the empty ones."""
     query = urlencode({k: v for k, v in params.items() if v})
     return f"{path}?{query}" if query else path
+
+
+def _pager(path: str, cursor: str | None, next_cursor: str | None, **params: str | None) -> dict[str, str | None]:
+    """The links of ``parts/pager.html``: older entries (the list's ``nextCursor``) and, on a later page, the
+    newest ones; ``params`` (a state filter) are kept."""
+    return {
+        "older": _link(path, **params, cursor=next_cursor) if next_cursor else None,
+        "newest": _link(path, **params) if cursor else None,
+    }
 
 
 def _hub(request: Request) -> Hub:
@@ -103,6 +113,34 @@ async def _part(request: Request, admin: bool = False) -> WebUser | Response:
     return user
 
 
+ViewOf = Callable[[WebUser], Awaitable[dict[str, Any]]]
+
+
+async def _page_of(request: Request, template: str, view_of: ViewOf, **context: Any) -> Response:
+    """A page whose view may be refused (not found, a malformed cursor): the refusal becomes the error page.
+    The view's own keys (a ``title`` among them) win over ``context``."""
+    user = await _page(request)
+    if isinstance(user, Response):
+        return user
+    try:
+        view = await view_of(user)
+    except TalariaError as exc:
+        return _refused(request, user, exc)
+    return _render(request, user, template, **(context | view))
+
+
+async def _part_of(request: Request, template: str, view_of: ViewOf) -> Response:
+    """The live part of such a page: a refusal is the canonical JSON error."""
+    user = await _part(request)
+    if isinstance(user, Response):
+        return user
+    try:
+        view = await view_of(user)
+    except TalariaError as exc:
+        return error_response(exc)
+    return _render(request, user, template, **view)
+
+
 # --- sign-in ---------------------------------------------------------------------------------------------------
 
 
@@ -130,22 +168,18 @@ async def _task_choices(user: WebUser, hub: Hub) -> dict[str, Any]:
     return {"source_names": names, "profile_names": profiles}
 
 
-@router.get("/tasks")
-async def tasks_page(request: Request, state: str | None = None, cursor: str | None = None) -> Response:
-    user = await _page(request)
-    if isinstance(user, Response):
-        return user
+async def _tasks_view(request: Request, user: WebUser, state: str | None, cursor: str | None) -> dict[str, Any]:
     hub = _hub(request)
     chosen = state if state in TASK_STATES else None
-    try:
-        listed = await api_tasks.list_tasks(user=user, hub=hub, state=chosen, limit=PAGE_SIZE, cursor=cursor)
-    except TalariaError as exc:  # a malformed cursor
-        return _refused(request, user, exc)
-    older = _link("/tasks", state=chosen, cursor=listed["nextCursor"]) if listed["nextCursor"] else None
-    newest = _link("/tasks", state=chosen) if cursor else None
-    return _render(request, user, "tasks.html", title="Tasks", section="tasks", tasks=listed["tasks"],
-                   states=TASK_STATES, state=chosen, older=older, newest=newest,
-                   **await _task_choices(user, hub))  # fmt: skip
+    listed = await api_tasks.list_tasks(user=user, hub=hub, state=chosen, limit=PAGE_SIZE, cursor=cursor)
+    pager = _pager("/tasks", cursor, listed["nextCursor"], state=chosen)
+    return {"tasks": listed["tasks"], "state": chosen, **pager, **await _task_choices(user, hub)}
+
+
+@router.get("/tasks")
+async def tasks_page(request: Request, state: str | None = None, cursor: str | None = None) -> Response:
+    return await _page_of(request, "tasks.html", lambda user: _tasks_view(request, user, state, cursor),
+                          title="Tasks", section="tasks", states=TASK_STATES)  # fmt: skip
 
 
 async def _task_view(request: Request, user: WebUser, task_id: str) -> dict[str, Any]:
@@ -153,31 +187,17 @@ async def _task_view(request: Request, user: WebUser, task_id: str) -> dict[str,
     task = (await api_tasks.get_task(task_id=task_id, user=user, hub=hub))["task"]
     job = (await api_jobs.get_job(job_id=task["jobId"], user=user, hub=hub))["job"] if task["jobId"] else None
     live = task["state"] not in TASK_FINAL or (job is not None and job["state"] not in TERMINAL)
-    return {"task": task, "job": job, "live": live}
+    return {"task": task, "job": job, "live": live, "title": task["title"]}
 
 
 @router.get("/tasks/{task_id}")
 async def task_page(request: Request, task_id: str) -> Response:
-    user = await _page(request)
-    if isinstance(user, Response):
-        return user
-    try:
-        view = await _task_view(request, user, task_id)
-    except TalariaError as exc:
-        return _refused(request, user, exc)
-    return _render(request, user, "task.html", title=view["task"]["title"], section="tasks", **view)
+    return await _page_of(request, "task.html", lambda user: _task_view(request, user, task_id), section="tasks")
 
 
 @router.get("/tasks/{task_id}/live")
 async def task_live(request: Request, task_id: str) -> Response:
-    user = await _part(request)
-    if isinstance(user, Response):
-        return user
-    try:
-        view = await _task_view(request, user, task_id)
-    except TalariaError as exc:
-        return error_response(exc)
-    return _render(request, user, "parts/task_state.html", **view)
+    return await _part_of(request, "parts/task_state.html", lambda user: _task_view(request, user, task_id))
 
 
 # --- jobs and audit --------------------------------------------------------------------------------------------
@@ -187,37 +207,20 @@ async def _jobs_view(request: Request, user: WebUser, state: str | None, cursor:
     chosen = state if state in JOB_STATES else None
     hub = _hub(request)
     listed = await api_jobs.list_jobs(user=user, hub=hub, state=chosen, cell=None, limit=PAGE_SIZE, cursor=cursor)
-    return {
-        "jobs": listed["jobs"],
-        "state": chosen,
-        "live_url": _link("/jobs/live", state=chosen, cursor=cursor),
-        "older": _link("/jobs", state=chosen, cursor=listed["nextCursor"]) if listed["nextCursor"] else None,
-        "newest": _link("/jobs", state=chosen) if cursor else None,
-    }
+    live_url = _link("/jobs/live", state=chosen, cursor=cursor)
+    pager = _pager("/jobs", cursor, listed["nextCursor"], state=chosen)
+    return {"jobs": listed["jobs"], "state": chosen, "live_url": live_url, **pager}
 
 
 @router.get("/jobs")
 async def jobs_page(request: Request, state: str | None = None, cursor: str | None = None) -> Response:
-    user = await _page(request)
-    if isinstance(user, Response):
-        return user
-    try:
-        view = await _jobs_view(request, user, state, cursor)
-    except TalariaError as exc:  # a malformed cursor
-        return _refused(request, user, exc)
-    return _render(request, user, "jobs.html", title="Jobs", section="jobs", states=JOB_STATES, **view)
+    return await _page_of(request, "jobs.html", lambda user: _jobs_view(request, user, state, cursor),
+                          title="Jobs", section="jobs", states=JOB_STATES)  # fmt: skip
 
 
 @router.get("/jobs/live")
 async def jobs_live(request: Request, state: str | None = None, cursor: str | None = None) -> Response:
-    user = await _part(request)
-    if isinstance(user, Response):
-        return user
-    try:
-        view = await _jobs_view(request, user, state, cursor)
-    except TalariaError as exc:
-        return error_response(exc)
-    return _render(request, user, "parts/jobs.html", **view)
+    return await _part_of(request, "parts/jobs.html", lambda user: _jobs_view(request, user, state, cursor))
 
 
 async def _job_view(request: Request, user: WebUser, job_id: str) -> dict[str, Any]:
@@ -225,51 +228,34 @@ async def _job_view(request: Request, user: WebUser, job_id: str) -> dict[str, A
     job = (await api_jobs.get_job(job_id=job_id, user=user, hub=hub))["job"]
     task = (await api_tasks.get_task(task_id=job["taskId"], user=user, hub=hub))["task"]
     audit = await api_jobs.list_audit(user=user, hub=hub, task=None, job=job_id, limit=100, cursor=None)
-    return {"job": job, "task": task, "events": audit["events"], "live": job["state"] not in TERMINAL}
+    live = job["state"] not in TERMINAL
+    return {"job": job, "task": task, "events": audit["events"], "live": live, "title": f"Job {job_id}"}
 
 
 @router.get("/jobs/{job_id}")
 async def job_page(request: Request, job_id: str) -> Response:
-    user = await _page(request)
-    if isinstance(user, Response):
-        return user
-    try:
-        view = await _job_view(request, user, job_id)
-    except TalariaError as exc:
-        return _refused(request, user, exc)
-    return _render(request, user, "job.html", title=f"Job {job_id}", section="jobs", **view)
+    return await _page_of(request, "job.html", lambda user: _job_view(request, user, job_id), section="jobs")
 
 
 @router.get("/jobs/{job_id}/live")
 async def job_live(request: Request, job_id: str) -> Response:
-    user = await _part(request)
-    if isinstance(user, Response):
-        return user
-    try:
-        view = await _job_view(request, user, job_id)
-    except TalariaError as exc:
-        return error_response(exc)
-    return _render(request, user, "parts/job_state.html", **view)
+    return await _part_of(request, "parts/job_state.html", lambda user: _job_view(request, user, job_id))
+
+
+async def _audit_view(request: Request, user: WebUser, cursor: str | None) -> dict[str, Any]:
+    """An admin's view of the whole log; a user is pointed at their jobs' pages."""
+    if not user.is_admin:
+        return {"report": None, "events": [], "older": None, "newest": None}
+    hub = _hub(request)
+    listed = await api_jobs.list_audit(user=user, hub=hub, task=None, job=None, limit=PAGE_SIZE, cursor=cursor)
+    report = await api_jobs.verify_audit(admin=user, hub=hub)
+    return {"report": report, "events": listed["events"], **_pager("/audit", cursor, listed["nextCursor"])}
 
 
 @router.get("/audit")
 async def audit_page(request: Request, cursor: str | None = None) -> Response:
-    user = await _page(request)
-    if isinstance(user, Response):
-        return user
-    hub = _hub(request)
-    context: dict[str, Any] = {"report": None, "events": [], "older": None, "newest": None}
-    if user.is_admin:
-        try:
-            listed = await api_jobs.list_audit(user=user, hub=hub, task=None, job=None, limit=PAGE_SIZE,
-                                               cursor=cursor)  # fmt: skip
-        except TalariaError as exc:  # a malformed cursor
-            return _refused(request, user, exc)
-        context["report"] = await api_jobs.verify_audit(admin=user, hub=hub)
-        context["events"] = listed["events"]
-        context["older"] = _link("/audit", cursor=listed["nextCursor"]) if listed["nextCursor"] else None
-        context["newest"] = "/audit" if cursor else None
-    return _render(request, user, "audit.html", title="Audit", section="audit", **context)
+    return await _page_of(request, "audit.html", lambda user: _audit_view(request, user, cursor),
+                          title="Audit", section="audit")  # fmt: skip
 
 
 # --- settings (admins) -----------------------------------------------------------------------------------------

@@ -87,6 +87,8 @@ STATUS_BY_CODE: Mapping[str, int] = {
     "runner_session_busy": 409,
     "runner_target_changed": 409,
     "team_tools_unavailable": 409,
+    # a turn reached turns.max_turn_s (or its lease's last renewal) and was interrupted (ADR 0020)
+    "turn_timeout": 504,
 }
 
 # Runner-reported codes without a status of their own are relayed as 502 (runner-protocol.md 14).

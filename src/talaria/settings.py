@@ -48,6 +48,7 @@ class Settings:
     dispatcher_enabled: bool = True
     dispatcher_per_runner: int = 2
     dispatcher_per_hub: int = 16
+    turns_max_turn_s: int = 0  # 0: the profile's max_lease_life_s
     profiles: Mapping[str, ProfileOverride] = field(default_factory=dict)
 
     @property
@@ -79,6 +80,10 @@ class Settings:
             return override.max_lease_life_s
         return self.lifecycle_max_lease_life_s
 
+    def max_turn_for(self, cell: str, profile: str) -> int:
+        """``turns.max_turn_s``, defaulting to the profile's ``max_lease_life_s``."""
+        return self.turns_max_turn_s or self.max_life_for(cell, profile)
+
 
 # dotted key -> (Settings attribute, kind)
 KEYS: dict[str, tuple[str, type]] = {
@@ -105,6 +110,7 @@ KEYS: dict[str, tuple[str, type]] = {
     "dispatcher.enabled": ("dispatcher_enabled", bool),
     "dispatcher.per_runner": ("dispatcher_per_runner", int),
     "dispatcher.per_hub": ("dispatcher_per_hub", int),
+    "turns.max_turn_s": ("turns_max_turn_s", int),
 }
 
 _TRUE = {"true", "on", "1"}
@@ -248,6 +254,8 @@ def validate(s: Settings) -> None:
             "lifecycle.idempotency_retention_s must be at least 86400 and at least "
             "the longest max_lease_life_s plus lifecycle.lease_ttl_s"
         )
+    if s.turns_max_turn_s < 0:
+        raise SettingsError("turns.max_turn_s must not be negative (0: the profile's max_lease_life_s)")
     if not s.lifecycle_dispatcher_principal:
         raise SettingsError("lifecycle.dispatcher_principal must not be empty")
     if s.hub_public_url:

@@ -52,7 +52,12 @@ class Node:
 
     @property
     def driver(self) -> TurnDriver:
-        return TurnDriver(self.server.hub.channels, self.server.hub.registry)
+        return TurnDriver(self.server.hub.channels, self.server.hub.registry, self.server.clock)
+
+    def _args(self, prompt: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        deadline = self.server.clock.now_ms() + 120_000
+        return {"runner_id": self.runner_id, "account": self.account(), "profile": "default", "work_id": "work-1",
+                "prompt": prompt, "deadline_ms": deadline} | kwargs  # fmt: skip
 
     def account(self, username: str = "alice") -> AccountRef:
         return self.accounts[username]
@@ -62,14 +67,10 @@ class Node:
         return outcome(self.server, spawn(self.server, coro), timeout=timeout)
 
     def turn(self, prompt: str, **kwargs: Any) -> Any:
-        args: dict[str, Any] = {"runner_id": self.runner_id, "account": self.account(), "profile": "default",
-                                "work_id": "work-1", "prompt": prompt} | kwargs  # fmt: skip
-        return self.call(self.driver.run(**args), timeout=kwargs.get("timeout_s", 120.0) + 10)
+        return self.call(self.driver.run(**self._args(prompt, kwargs)), timeout=130.0)
 
     def spawn_turn(self, prompt: str, **kwargs: Any) -> asyncio.Task[Any]:
-        args: dict[str, Any] = {"runner_id": self.runner_id, "account": self.account(), "profile": "default",
-                                "work_id": "work-1", "prompt": prompt} | kwargs  # fmt: skip
-        return spawn(self.server, self.driver.run(**args))
+        return spawn(self.server, self.driver.run(**self._args(prompt, kwargs)))
 
 
 def start_node(tmp_path: Path, hermes: RealHermes, model: ModelServer, **config: Any) -> Node:

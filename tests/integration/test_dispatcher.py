@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -18,76 +16,14 @@ from talaria.clock import SystemClock
 from talaria.testing.hermes_fixture import HermesFixture
 from talaria.testing.hub_server import HubServer
 from tests.conftest import add_account, login
+from tests.integration.dispatch_support import Env, hub_env, prepared, wait_prompt
 from tests.integration.runner_support import RunnerProcess, register_node
-
-
-@dataclass
-class Env:
-    server: HubServer
-    hermes: HermesFixture
-    alice: httpx.Client
-    bob: httpx.Client
-    tmp: Path
-    config_path: Path
-    runner: RunnerProcess | None = None
-
-    def start_runner(self) -> None:
-        if self.runner is not None:
-            self.runner.close()  # the previous one (stopped, killed or disabled) releases its files
-        self.runner = RunnerProcess(self.config_path, self.tmp / "logs", name=f"runner-{time.monotonic_ns()}")
-        self.runner.wait_for("runner connected")
-
-    def approved_job(self, prompt: str) -> dict[str, Any]:
-        body = {"title": "a task", "prompt": prompt, "cell": "local", "profile": "default"}
-        task = self.alice.post("/api/tasks", json=body).json()["task"]
-        assert self.alice.post(f"/api/tasks/{task['id']}/submit").status_code == 200
-        approved = self.bob.post(f"/api/tasks/{task['id']}/approve")
-        assert approved.status_code == 200, approved.text
-        job: dict[str, Any] = approved.json()["job"]
-        return job
-
-    def close(self) -> None:
-        if self.runner is not None:
-            if self.runner.proc.poll() is None:
-                self.runner.stop()
-            self.runner.close()
-        self.alice.close()
-        self.bob.close()
-
-    def job(self, job_id: str) -> dict[str, Any]:
-        found: dict[str, Any] = self.bob.get(f"/api/jobs/{job_id}").json()["job"]
-        return found
-
-    def wait_job(self, job_id: str, predicate: Callable[[dict[str, Any]], bool], timeout: float = 30) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            job = self.job(job_id)
-            if predicate(job):
-                return job
-            if time.monotonic() > deadline:
-                raise AssertionError(f"job {job_id} is {job['state']}: {job}")
-            time.sleep(0.05)
-
-
-def prepared(server: HubServer, hermes: HermesFixture, tmp_path: Path) -> Env:
-    add_account(server, "alice", allowed_profiles={"local": ["default"]})
-    add_account(server, "bob", "admin", allowed_profiles={"local": ["default"]})
-    path = register_node(server, tmp_path / "node", hermes_url=hermes.url, session_token=hermes.session_token)
-    return Env(server, hermes, login(server, "alice"), login(server, "bob"), tmp_path, path)
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[Env]:
-    with HermesFixture() as hermes:
-        server = HubServer(tmp_path / "data", SystemClock(), lifecycle_heartbeat_interval_s=1).start()
-        made: Env | None = None
-        try:
-            made = prepared(server, hermes, tmp_path)
-            yield made
-        finally:
-            if made is not None:
-                made.close()
-            server.stop()
+    with hub_env(tmp_path) as made:
+        yield made
 
 
 def test_an_approved_task_runs_on_the_node_and_its_job_succeeds_with_the_reply(env: Env) -> None:
@@ -142,13 +78,6 @@ def test_an_admin_cancel_interrupts_the_turn_and_the_job_ends_cancelled(env: Env
     assert time.monotonic() - asked < 5
     assert cancelled["terminal"]["kind"] == "CANCELLED"
     assert next(t for t in env.hermes.turns() if "a long essay" in t.text).status == "interrupted"
-
-
-def wait_prompt(env: Env, text: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while env.hermes.prompt_count(text) == 0:
-        assert time.monotonic() < deadline, f"Hermes never got {text!r}"
-        time.sleep(0.05)
 
 
 def test_a_runner_killed_after_submission_and_restarted_completes_from_the_history(env: Env) -> None:

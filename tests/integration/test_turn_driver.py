@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from talaria.clock import SystemClock
+from talaria.clock import ManualClock, SystemClock
 from talaria.errors import TalariaError
 from talaria.hub.runners.state import AccountRef
 from talaria.hub.turns.driver import TurnDriver, TurnResult
@@ -31,10 +31,12 @@ class Env:
     account: AccountRef
     driver: TurnDriver
 
-    def turn(self, **kwargs: Any) -> asyncio.Task[Any]:
+    def turn(self, driver: TurnDriver | None = None, **kwargs: Any) -> asyncio.Task[Any]:
+        driver = driver or self.driver
         args: dict[str, Any] = {"runner_id": self.runner_id, "account": self.account, "profile": "default",
-                                "work_id": "work-42", "prompt": "hello"} | kwargs  # fmt: skip
-        return spawn(self.server, self.driver.run(**args))
+                                "work_id": "work-42", "prompt": "hello",
+                                "deadline_ms": driver.clock.now_ms() + 120_000} | kwargs  # fmt: skip
+        return spawn(self.server, driver.run(**args))
 
 
 @pytest.fixture
@@ -52,7 +54,9 @@ def env(tmp_path: Path) -> Iterator[Env]:
             runner_id = json.loads(path.read_text())["runnerId"]
             wait_until(lambda: runner_id in server.hub.runners.states, what="the hub state")
             account = AccountRef("alice", created.tenant, created.auth_version)
-            yield Env(server, hermes, runner_id, account, TurnDriver(server.hub.channels, server.hub.registry))
+            yield Env(
+                server, hermes, runner_id, account, TurnDriver(server.hub.channels, server.hub.registry, server.clock)
+            )
         finally:
             if runner is not None:
                 runner.stop()
@@ -101,6 +105,38 @@ def test_a_plugin_that_is_not_ready_refuses_team_tools_before_anything_is_submit
     assert "_sessions" in result.message
     assert env.hermes.rpc_requests("prompt.submit") == []
     wait_until(lambda: env.server.hub.runners.states[env.runner_id].gateways == {}, what="the gateway to close")
+
+
+def test_a_turn_longer_than_ten_minutes_runs_to_its_end_inside_its_deadline(env: Env) -> None:
+    """The old driver cut every turn at a fixed 600 s; a turn may now run until its deadline."""
+    clock = ManualClock()
+    driver = TurnDriver(env.server.hub.channels, env.server.hub.registry, clock)
+    env.hermes.knobs.delta_count = 8
+    env.hermes.knobs.delta_delay = 0.2
+    task = env.turn(driver, tools=False, prompt="a long one", deadline_ms=clock.now_ms() + 3600_000)
+    env.hermes.wait_for(lambda: env.hermes.prompt_count("a long one") == 1)
+    clock.advance(700)  # past the old fixed cap, well inside the deadline
+    result = outcome(env.server, task, timeout=30)
+    assert isinstance(result, TurnResult) and result.status == "complete", result
+    assert result.text.startswith("echo: a long one\n[talaria-run:")
+    assert env.hermes.rpc_requests("session.interrupt") == []
+
+
+def test_a_turn_that_reaches_its_deadline_is_interrupted_and_raises_turn_timeout(env: Env) -> None:
+    clock = ManualClock()
+    driver = TurnDriver(env.server.hub.channels, env.server.hub.registry, clock)
+    env.hermes.knobs.delta_count = 100
+    env.hermes.knobs.delta_delay = 0.2  # 20 s unless stopped
+    task = env.turn(driver, tools=False, prompt="too long", deadline_ms=clock.now_ms() + 900_000)
+    env.hermes.wait_for(lambda: env.hermes.prompt_count("too long") == 1)
+    clock.advance(899)
+    assert env.hermes.rpc_requests("session.interrupt") == []
+    clock.advance(2)
+    result = outcome(env.server, task, timeout=10)
+    assert isinstance(result, TalariaError) and result.code == "turn_timeout", result
+    assert "turns.max_turn_s" in result.message
+    assert env.hermes.rpc_requests("session.interrupt")  # the driver stops it (closing the channel does too)
+    env.hermes.wait_for(lambda: next(t for t in env.hermes.turns() if "too long" in t.text).status == "interrupted")
 
 
 def test_a_turn_without_tools_binds_nothing(env: Env) -> None:

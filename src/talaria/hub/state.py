@@ -77,7 +77,7 @@ def open_hub(settings: Settings, clock: Clock) -> Hub:
     channels = Channels(runners)
     dispatcher = Dispatcher(
         engine=engine, store=store, clock=clock, settings=settings, registry=registry, runners=runners,
-        driver=TurnDriver(channels, registry),
+        driver=TurnDriver(channels, registry, clock),
     )  # fmt: skip
     engine.add_listener(dispatcher.on_signal)
     hub = Hub(

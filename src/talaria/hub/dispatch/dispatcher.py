@@ -28,11 +28,11 @@ from talaria.canonical import digest, sha256_hex
 from talaria.clock import Clock
 from talaria.errors import TalariaError
 from talaria.hub.dispatch import recovery
-from talaria.hub.dispatch.job_turns import FINISHED, SUBMITTED, JobTurn, JobTurns
+from talaria.hub.dispatch.job_turns import JobTurn, JobTurns, NextStep, next_step
 from talaria.hub.runners.hub import RunnerHub
 from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
 from talaria.hub.runners.state import AccountRef
-from talaria.hub.turns.driver import TurnDriver, TurnHooks, TurnResult
+from talaria.hub.turns.driver import TURN_TIMEOUT, TurnDriver, TurnHooks, TurnResult
 from talaria.lifecycle.actor import RUNTIME, Actor, username_of
 from talaria.lifecycle.binding import Binding
 from talaria.lifecycle.context import IdemRequest
@@ -50,6 +50,9 @@ UNCERTAIN = "runner_command_uncertain"
 TARGET_CHANGED = "runner_target_changed"
 HERMES_ERROR = "hermes_error"
 ACCESS_REVOKED = "access_revoked"
+# A heartbeat or access check failing with one of these is retried (the lease may still be renewed); any other
+# refusal (stale_lease, lease_expired, lease_mismatch, terminal_conflict, ...) is a definite loss.
+TRANSIENT = frozenset({"store_unavailable"})
 # Before prompt.submit nothing can have run the prompt: these wait for the runner and try again.
 PRE_SUBMIT_RETRY = frozenset({"runner_offline", "runner_command_uncertain", "runner_connection_closed"})
 
@@ -61,6 +64,8 @@ class Lease:
     lease_id: str
     lease_epoch: int
     attempt: int
+    life_end_ms: int  # acquired + max_life_s: the lease cannot be renewed past this
+    expires_ms: int  # when the lease runs out unless renewed (a conservative reading of the hub's clock)
     lost: bool = False
 
 
@@ -82,6 +87,7 @@ class Dispatcher:
         registry: RunnerRegistry,
         runners: RunnerHub,
         driver: TurnDriver,
+        heartbeat_retry_s: float = 1.0,
     ) -> None:
         self.engine = engine
         self.store = store
@@ -90,6 +96,7 @@ class Dispatcher:
         self.registry = registry
         self.runners = runners
         self.driver = driver
+        self.heartbeat_retry_s = heartbeat_retry_s  # the wait before a transiently failed heartbeat is retried
         self.turns = JobTurns(store, clock)
         self.worker_instance = f"hub-{uuid.uuid4()}"
         self.running: dict[str, asyncio.Task[None]] = {}  # job id -> its task
@@ -215,6 +222,7 @@ class Dispatcher:
         actor = self.actor(record.tenant)
         binding = Binding.parse(job["binding"])
         body = {"binding": binding.as_dict(), "worker_instance": self.worker_instance}
+        asked = self.clock.now_ms()  # the lease was acquired no earlier than this
         try:
             claimed = self.engine.claim(
                 actor, job_id=binding.job, binding=binding, worker_instance=self.worker_instance,
@@ -224,7 +232,10 @@ class Dispatcher:
             log.info("dispatcher_claim_refused", job=binding.job, code=exc.code)
             return None
         lease = claimed["lease"]
-        return Lease(binding.job, binding, lease["lease_id"], int(lease["lease_epoch"]), int(claimed["attempt"]))
+        return Lease(
+            binding.job, binding, lease["lease_id"], int(lease["lease_epoch"]), int(claimed["attempt"]),
+            life_end_ms=asked + int(lease["max_life_s"]) * 1000, expires_ms=asked + int(lease["ttl_s"]) * 1000,
+        )  # fmt: skip
 
     def _lease_call(self, op: str, lease: Lease, **extra: Any) -> dict[str, Any]:
         actor = self.actor(lease.binding.tenant)
@@ -270,10 +281,15 @@ class Dispatcher:
                 self._heartbeat(lease, cancel, revoked, author, record.id)
             )
             previous = await asyncio.to_thread(self.turns.get, lease.job_id)
-            if previous is not None and previous.state != FINISHED:
+            step = next_step(previous)
+            if step is NextStep.FROM_RECORD:  # the turn ended before the last attempt could finish the job
+                assert previous is not None
+                result: TurnResult | None = self._from_record(previous)
+            elif step is NextStep.RECOVER:
+                assert previous is not None
                 if previous.runner_id != record.id:
                     raise JobFailed(TARGET_CHANGED, "the source's runner changed since the prompt was submitted")
-                result: TurnResult | None = await self._recover(previous, author, cancel)
+                result = await self._recover(previous, author, cancel, lease)
             else:
                 result = await self._turn_or_cancel(record, lease, author, cancel, revoked)
             if revoked.is_set():
@@ -283,16 +299,7 @@ class Dispatcher:
                 if not lease.lost:
                     await asyncio.to_thread(self._lease_call, "cancel", lease, reason="cancel requested by an admin")
                 return
-            if result.status == "error":
-                raise JobFailed(HERMES_ERROR, result.text or "Hermes ended the turn with an error")
-            if result.status != "complete":
-                raise JobFailed(UNCERTAIN, f"the turn ended {result.status}")
-            reply = {
-                "outputs": {"reply": result.text, "storedSessionId": result.stored_id},
-                "artifacts": [],
-                "summary": result.text[:SUMMARY_CHARS],
-            }
-            await asyncio.to_thread(self._lease_call, "complete", lease, result=reply)
+            await self._finish(lease, result)
         except JobFailed as failed:
             await self._fail(lease, failed.code, failed.message)
         except TalariaError as exc:
@@ -307,6 +314,28 @@ class Dispatcher:
             self.cancels.pop(lease.job_id, None)
             if heartbeat is not None:
                 heartbeat.cancel()
+
+    async def _finish(self, lease: Lease, result: TurnResult) -> None:
+        """End the job with the turn's outcome: complete with the reply, or fail with the outcome's code."""
+        if result.status == "error":
+            raise JobFailed(HERMES_ERROR, result.text or "Hermes ended the turn with an error")
+        if result.status == "timeout":
+            raise JobFailed(TURN_TIMEOUT, "the turn reached its time limit (turns.max_turn_s) and was stopped")
+        if result.status != "complete":
+            raise JobFailed(UNCERTAIN, f"the turn ended {result.status}")
+        reply = {
+            "outputs": {"reply": result.text, "storedSessionId": result.stored_id},
+            "artifacts": [],
+            "summary": result.text[:SUMMARY_CHARS],
+        }
+        await asyncio.to_thread(self._lease_call, "complete", lease, result=reply)
+
+    def _deadline_ms(self, lease: Lease) -> int:
+        """When the job's turn must end: ``turns.max_turn_s`` from now, and never later than the lease can be
+        renewed, less one heartbeat interval left for stopping the turn and failing the job."""
+        limit = self.settings.max_turn_for(lease.binding.cell, lease.binding.profile)
+        margin = self.settings.lifecycle_heartbeat_interval_s * 1000
+        return min(self.clock.now_ms() + limit * 1000, lease.life_end_ms - margin)
 
     async def _turn_or_cancel(
         self, record: RunnerRecord, lease: Lease, author: AccountRef, cancel: asyncio.Event, revoked: asyncio.Event
@@ -336,9 +365,11 @@ class Dispatcher:
                 if recorded is not None and not still:  # the channel closed because the author lost access
                     revoked.set()
                     return None
+                if recorded is not None and next_step(recorded) is NextStep.FROM_RECORD:
+                    return self._from_record(recorded)
                 if recorded is not None:  # submitted, or maybe: recover from Hermes, never submit again
                     log.info("dispatcher_recovering", job=lease.job_id, code=exc.code)
-                    return await self._recover(recorded, author, cancel)
+                    return await self._recover(recorded, author, cancel, lease)
                 if exc.code not in PRE_SUBMIT_RETRY:
                     raise
                 # nothing was submitted, so nothing ran: keep the job (heartbeating) until the runner is back
@@ -348,17 +379,38 @@ class Dispatcher:
             if cancel.is_set():
                 return None
 
-    async def _recover(self, turn: JobTurn, author: AccountRef, cancel: asyncio.Event) -> TurnResult | None:
-        """The recorded turn's result from Hermes (waiting for its runner if needed); never submits."""
+    async def _recover(
+        self, turn: JobTurn, author: AccountRef, cancel: asyncio.Event, lease: Lease
+    ) -> TurnResult | None:
+        """The recorded turn's result from Hermes (waiting for its runner if needed); never submits. The
+        outcome is recorded before the job's terminal call."""
         await self._until_online(turn.runner_id, cancel)
         if cancel.is_set():
             return None
         try:
-            result = await recovery.recover(self.driver.channels, author, turn)
+            result = await recovery.recover(
+                self.driver.channels, author, turn, clock=self.clock, deadline_ms=self._deadline_ms(lease)
+            )
         except recovery.Unrecoverable as exc:
             raise JobFailed(UNCERTAIN, str(exc)) from None
-        await asyncio.to_thread(self.turns.mark, turn.job_id, FINISHED, result.stored_id)
+        except TalariaError as exc:
+            if exc.code != TURN_TIMEOUT:
+                raise
+            result = TurnResult("timeout", "", "", turn.stored_session_id, turn.marker)
+        await asyncio.to_thread(
+            self.turns.finish, turn.job_id, result.status, self._kept_reply(result), result.stored_id
+        )
         return result
+
+    @staticmethod
+    def _from_record(turn: JobTurn) -> TurnResult:
+        """The result a finished turn's record keeps (nothing is asked of Hermes)."""
+        return TurnResult(turn.outcome or "interrupted", turn.reply or "", "", turn.stored_session_id, turn.marker)
+
+    @staticmethod
+    def _kept_reply(result: TurnResult) -> str | None:
+        """What the record keeps of a finished turn: the reply, or Hermes' error text."""
+        return result.text if result.status in ("complete", "error") else None
 
     async def _until_online(self, runner_id: str, cancel: asyncio.Event) -> None:
         while runner_id not in self.runners.states and not cancel.is_set():
@@ -395,14 +447,23 @@ class Dispatcher:
             await asyncio.to_thread(self.turns.begin, turn)
 
         async def after_submit(result: TurnResult) -> None:
-            await asyncio.to_thread(self.turns.mark, lease.job_id, SUBMITTED, result.stored_id)
+            await asyncio.to_thread(self.turns.submitted, lease.job_id, result.stored_id)
 
         hooks = TurnHooks(before_submit, after_submit, interrupt_abandoned=lambda: not self.stopping)
-        result = await self.driver.run(
-            runner_id=record.id, account=author, profile=lease.binding.profile, work_id=lease.job_id,
-            prompt=prompt, run_id=lease.binding.run, tools=False, hooks=hooks,
-        )  # fmt: skip
-        await asyncio.to_thread(self.turns.mark, lease.job_id, FINISHED, result.stored_id)
+        try:
+            result = await self.driver.run(
+                runner_id=record.id, account=author, profile=lease.binding.profile, work_id=lease.job_id,
+                prompt=prompt, run_id=lease.binding.run, tools=False, hooks=hooks,
+                deadline_ms=self._deadline_ms(lease),
+            )  # fmt: skip
+        except TalariaError as exc:
+            recorded = await asyncio.to_thread(self.turns.get, lease.job_id)
+            if exc.code != TURN_TIMEOUT or recorded is None:
+                raise
+            result = TurnResult("timeout", "", "", recorded.stored_session_id, recorded.marker)
+        await asyncio.to_thread(
+            self.turns.finish, lease.job_id, result.status, self._kept_reply(result), result.stored_id
+        )
         return result
 
     async def _stop_revoked(self, lease: Lease, author: AccountRef) -> None:
@@ -431,20 +492,42 @@ class Dispatcher:
     async def _heartbeat(
         self, lease: Lease, cancel: asyncio.Event, revoked: asyncio.Event, author: AccountRef, runner_id: str
     ) -> None:
+        """Renew the lease and re-check the author's access every heartbeat interval. A transient failure of
+        either is retried after ``heartbeat_retry_s`` while the lease can still be renewed; a definite loss
+        (any other refusal, or the lease running out) stops the turn."""
+        interval = float(self.settings.lifecycle_heartbeat_interval_s)
+        ttl_ms = self.settings.lifecycle_lease_ttl_s * 1000
+        wait = interval
         while True:
-            await asyncio.sleep(self.settings.lifecycle_heartbeat_interval_s)
-            still = await asyncio.to_thread(self.runners.validity.check, author, runner_id, lease.binding.profile)
-            if not still:
-                revoked.set()
+            await asyncio.sleep(wait)
+            wait = interval
+            try:
+                if not await asyncio.to_thread(self._still_allowed, author, runner_id, lease.binding.profile):
+                    revoked.set()
+            except Exception as exc:  # a read error: the next pass checks again
+                log.warning("dispatcher_access_check_failed", job=lease.job_id, error=type(exc).__name__)
+                wait = self.heartbeat_retry_s
+            sent = self.clock.now_ms()
             try:
                 beat = await asyncio.to_thread(self._lease_call, "heartbeat", lease, progress=None)
-            except TalariaError as exc:
-                log.info("dispatcher_heartbeat_refused", job=lease.job_id, code=exc.code)
+            except Exception as exc:
+                code = exc.code if isinstance(exc, TalariaError) else type(exc).__name__
+                transient = not isinstance(exc, TalariaError) or exc.code in TRANSIENT
+                if transient and self.clock.now_ms() + self.heartbeat_retry_s * 1000 < lease.expires_ms:
+                    log.warning("dispatcher_heartbeat_retry", job=lease.job_id, code=code)
+                    wait = self.heartbeat_retry_s
+                    continue
+                log.info("dispatcher_heartbeat_refused", job=lease.job_id, code=code)
                 lease.lost = True  # the lease ended (maximum life, expiry): stop; the reaper decides what follows
                 cancel.set()
                 return
+            lease.expires_ms = min(sent + ttl_ms, lease.life_end_ms)
             if beat.get("cancel_requested"):
                 cancel.set()
+
+    def _still_allowed(self, author: AccountRef, runner_id: str, profile: str) -> bool:
+        """Whether the author may still run the job's turn on the runner (the heartbeat loop's access check)."""
+        return self.runners.validity.check(author, runner_id, profile)
 
     async def _fail(self, lease: Lease, code: str, message: str) -> None:
         error = {"code": code, "message": message[:1000], "retryable": False}

@@ -1,18 +1,60 @@
-"""The ``job_turn`` table: where a job's Hermes turn is going, written before ``prompt.submit``.
+"""The ``job_turn`` record: where a job's Hermes turn is going, written before ``prompt.submit``, and how it
+ended, written before the job's terminal call.
 
-States: ``submitting`` (recorded, the submit may or may not have reached Hermes), ``submitted`` (Hermes
-answered the submit), ``finished`` (the turn's outcome was taken). A later attempt that finds
-``submitting`` or ``submitted`` must recover the turn and never submit the prompt again.
+The record is a state machine (``next_turn_state`` is its pure table; every move is a conditional update):
+
+    (none) --begin--> submitting --submitted--> submitted --finished--> finished
+                      submitting --finished---------------------------> finished
+
+``submitting``: recorded, the submit may or may not have reached Hermes. ``submitted``: Hermes answered the
+submit. ``finished``: the turn's outcome (``complete`` with its reply, ``error``, ``interrupted``,
+``timeout``) is kept. What a later attempt does is decided by the record alone (``next_step``): no record → a
+fresh turn; ``submitting``/``submitted`` → recover from Hermes, never submit again; ``finished`` → end the job
+from the record, without opening a Hermes session.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from talaria.clock import Clock
 from talaria.store.interface import Row, Store
 
 SUBMITTING, SUBMITTED, FINISHED = "submitting", "submitted", "finished"
+OUTCOMES = frozenset({"complete", "error", "interrupted", "timeout"})
+
+
+class TurnEvent(StrEnum):
+    BEGIN = "begin"
+    SUBMITTED = "submitted"
+    FINISHED = "finished"
+
+
+class NextStep(StrEnum):
+    FRESH_TURN = "fresh_turn"
+    RECOVER = "recover"
+    FROM_RECORD = "from_record"
+
+
+_TABLE: dict[tuple[str | None, TurnEvent], str] = {
+    (None, TurnEvent.BEGIN): SUBMITTING,
+    (SUBMITTING, TurnEvent.SUBMITTED): SUBMITTED,
+    (SUBMITTING, TurnEvent.FINISHED): FINISHED,  # recovery took the outcome of a submit whose answer was lost
+    (SUBMITTED, TurnEvent.FINISHED): FINISHED,
+}
+
+
+class TurnMoveRefused(Exception):
+    """The record is not in a state the move starts from (another writer moved it, or it never existed)."""
+
+
+def next_turn_state(state: str | None, event: TurnEvent) -> str:
+    """The state ``event`` leads to from ``state``; raises ``TurnMoveRefused`` for a move the table lacks."""
+    target = _TABLE.get((state, event))
+    if target is None:
+        raise TurnMoveRefused(f"a job turn in state {state} cannot take {event}")
+    return target
 
 
 @dataclass(frozen=True)
@@ -25,6 +67,8 @@ class JobTurn:
     stored_session_id: str | None
     marker: str
     state: str
+    outcome: str | None = None
+    reply: str | None = None
 
     @classmethod
     def from_row(cls, row: Row) -> JobTurn:
@@ -37,7 +81,18 @@ class JobTurn:
             stored_session_id=row["stored_session_id"],
             marker=str(row["marker"]),
             state=str(row["state"]),
+            outcome=row["outcome"],
+            reply=row["reply"],
         )
+
+
+def next_step(turn: JobTurn | None) -> NextStep:
+    """What an attempt that finds ``turn`` must do (the module docstring)."""
+    if turn is None:
+        return NextStep.FRESH_TURN
+    if turn.state == FINISHED:
+        return NextStep.FROM_RECORD
+    return NextStep.RECOVER
 
 
 class JobTurns:
@@ -51,16 +106,50 @@ class JobTurns:
         return JobTurn.from_row(row) if row else None
 
     def begin(self, turn: JobTurn) -> None:
+        """Record the turn in state ``submitting``; raises ``TurnMoveRefused`` if the job already has one."""
+        next_turn_state(None, TurnEvent.BEGIN)
         with self.store.write() as tx:
+            if tx.one("job_turn_get", job_id=turn.job_id) is not None:
+                raise TurnMoveRefused(f"job {turn.job_id} already has a recorded turn")
             tx.run(
                 "job_turn_begin", job_id=turn.job_id, tenant=turn.tenant, attempt=turn.attempt,
                 runner_id=turn.runner_id, profile=turn.profile, stored_session_id=turn.stored_session_id,
                 marker=turn.marker, now=self.clock.now_ms(),
             )  # fmt: skip
 
-    def mark(self, job_id: str, state: str, stored_session_id: str | None = None) -> None:
+    def submitted(self, job_id: str, stored_session_id: str | None) -> None:
+        """``submitting`` → ``submitted``."""
+        self._move(job_id, SUBMITTING, TurnEvent.SUBMITTED, stored_session_id)
+
+    def finish(self, job_id: str, outcome: str, reply: str | None, stored_session_id: str | None) -> JobTurn:
+        """``submitting``/``submitted`` → ``finished`` with the outcome; returns the record. Finishing a turn
+        already finished returns the record as it is (the first outcome wins)."""
+        if outcome not in OUTCOMES:
+            raise ValueError(f"unknown turn outcome {outcome}")
+        current = self.get(job_id)
+        if current is None:
+            raise TurnMoveRefused(f"job {job_id} has no recorded turn")
+        if current.state != FINISHED:
+            self._move(job_id, current.state, TurnEvent.FINISHED, stored_session_id, outcome=outcome, reply=reply)
+        done = self.get(job_id)
+        assert done is not None
+        return done
+
+    def _move(
+        self,
+        job_id: str,
+        from_state: str,
+        event: TurnEvent,
+        stored_session_id: str | None,
+        *,
+        outcome: str | None = None,
+        reply: str | None = None,
+    ) -> None:
+        to_state = next_turn_state(from_state, event)
         with self.store.write() as tx:
-            tx.run(
-                "job_turn_mark", job_id=job_id, state=state, stored_session_id=stored_session_id,
-                now=self.clock.now_ms(),
+            changed = tx.run(
+                "job_turn_move", job_id=job_id, from_state=from_state, to_state=to_state,
+                stored_session_id=stored_session_id, outcome=outcome, reply=reply, now=self.clock.now_ms(),
             )  # fmt: skip
+        if changed != 1:
+            raise TurnMoveRefused(f"job {job_id}'s turn was not in state {from_state}")

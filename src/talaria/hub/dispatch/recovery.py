@@ -1,8 +1,9 @@
 """Recovery of a job's turn without replay (hermes.md 11): the prompt was (maybe) submitted, and the
 dispatcher lost sight of the turn (the runner's channel dropped, the runner or the hub restarted).
 
-Resume the recorded stored session on the same runner; a turn still running is re-attached (its
-``message.complete`` awaited on the new channel); then the history decides: the turn finished if and only if,
+Resume the recorded stored session on the same runner; a turn still running whose ``inflight.user`` holds
+the marker is re-attached (its ``message.complete`` awaited on the new channel, until the turn's deadline:
+then it is interrupted and ``turn_timeout`` raised); then the history decides: the turn finished if and only if,
 after the user row holding the marker and before the next user row, there is an assistant row with
 ``finish_reason: "stop"``; its content is the reply. Anything else (no such row, the marker absent, the
 stored session unknown) is ``runner_command_uncertain``, and the session is never prompted again.
@@ -16,15 +17,15 @@ import contextlib
 import json
 from typing import Any
 
+from talaria.clock import Clock
 from talaria.errors import TalariaError
 from talaria.hub.dispatch.job_turns import JobTurn
 from talaria.hub.runners.channels import Channels
 from talaria.hub.runners.state import AccountRef, Gateway
-from talaria.hub.turns.driver import TurnResult
+from talaria.hub.turns.driver import DEADLINE_CHECK_S, TURN_TIMEOUT, TurnResult
 
 PAGE = 500
 MAX_PAGES = 20  # runner-protocol.md 13
-REATTACH_TIMEOUT_S = 600.0
 
 
 class Unrecoverable(Exception):
@@ -75,15 +76,25 @@ async def history(channels: Channels, runner_id: str, account: AccountRef, store
     raise Unrecoverable("the transcript is too long to read")
 
 
-async def _reattach(gateway: Gateway, runtime_id: str, timeout: float) -> None:
-    """Wait on the new channel for the running turn's ``message.complete``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+def holds_marker(resumed: dict[str, Any], marker: str) -> bool:
+    """Whether the running turn of a ``session.resume`` answer is the one carrying ``marker``."""
+    inflight = resumed.get("inflight")
+    return isinstance(inflight, dict) and marker in _text(inflight.get("user"))
+
+
+async def _reattach(channels: Channels, gateway: Gateway, runtime_id: str, clock: Clock, deadline_ms: int) -> None:
+    """Wait on the new channel for the running turn's ``message.complete``; at ``deadline_ms`` interrupt the
+    turn and raise ``turn_timeout``."""
     while True:
-        left = deadline - loop.time()
+        left = (deadline_ms - clock.now_ms()) / 1000
         if left <= 0:
-            raise Unrecoverable("the re-attached turn did not finish in time")
-        frame = await asyncio.wait_for(gateway.events.get(), left)
+            with contextlib.suppress(TalariaError):
+                await channels.rpc(gateway, "session.interrupt", {"session_id": runtime_id})
+            raise TalariaError(TURN_TIMEOUT, "the turn reached its time limit (turns.max_turn_s) and was stopped")
+        try:
+            frame = await asyncio.wait_for(gateway.events.get(), min(left, DEADLINE_CHECK_S))
+        except TimeoutError:
+            continue
         if frame is None:
             raise Unrecoverable("the channel closed while the re-attached turn ran")
         if frame.get("session_id") == runtime_id and frame.get("type") == "message.complete":
@@ -91,9 +102,10 @@ async def _reattach(gateway: Gateway, runtime_id: str, timeout: float) -> None:
 
 
 async def recover(
-    channels: Channels, account: AccountRef, turn: JobTurn, *, reattach_timeout: float = REATTACH_TIMEOUT_S
+    channels: Channels, account: AccountRef, turn: JobTurn, *, clock: Clock, deadline_ms: int
 ) -> TurnResult:
-    """The turn's result from Hermes, or ``Unrecoverable``; never submits anything."""
+    """The turn's result from Hermes, or ``Unrecoverable`` (or ``turn_timeout`` when a re-attached turn
+    reaches ``deadline_ms``); never submits anything."""
     if not turn.stored_session_id:
         raise Unrecoverable("no stored session was recorded for the turn")
     gateway = await channels.open_gateway(turn.runner_id, account)
@@ -108,8 +120,10 @@ async def recover(
                 raise Unrecoverable(f"Hermes does not know the stored session ({exc.message})") from exc
             raise
         runtime_id = str(resumed.get("session_id", ""))
-        if resumed.get("running"):
-            await _reattach(gateway, runtime_id, reattach_timeout)
+        if resumed.get("running") and holds_marker(resumed, turn.marker):
+            await _reattach(channels, gateway, runtime_id, clock, deadline_ms)
+        # running without the marker in flight: another prompt runs in the session; only the history can say
+        # whether this turn finished, and nothing is re-attached or submitted
         stored = str(resumed.get("resumed") or turn.stored_session_id)
         rows = await history(channels, turn.runner_id, account, stored, turn.profile)
         reply = reply_after_marker(rows, turn.marker)

@@ -112,13 +112,15 @@ async def runner_test_turn(runner_id: str, request: Request, admin: AdminDep, hu
         raise TalariaError("not_found", "no such runner")
     account = AccountRef(admin.account.username, admin.account.tenant, admin.account.auth_version)
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
-    driver = TurnDriver(hub.channels, hub.registry)
+    driver = TurnDriver(hub.channels, hub.registry, hub.clock)
+    deadline_ms = hub.clock.now_ms() + hub.settings.max_turn_for(record.source, profile) * 1000
 
     async def run() -> None:
         try:
             result = await driver.run(
                 runner_id=runner_id, account=account, profile=profile, work_id=f"test-turn:{uuid.uuid4()}",
                 prompt=prompt, tools=tools, on_event=lambda frame: queue.put_nowait(_sse("event", frame)),
+                deadline_ms=deadline_ms,
             )  # fmt: skip
             queue.put_nowait(_sse("done", {"status": result.status, "text": result.text, "marker": result.marker}))
         except TalariaError as exc:

@@ -12,7 +12,6 @@ serves (a job id, a conversation id) and is what ``talaria_whoami`` reports.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -20,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from talaria.clock import Clock
 from talaria.errors import TalariaError
 from talaria.hub.runners import hermes_probe
 from talaria.hub.runners.channels import Channels
@@ -29,7 +29,9 @@ from talaria.hub.turns import team_tools
 
 log = structlog.get_logger("talaria.turns")
 
-TURN_TIMEOUT_S = 600.0
+TURN_TIMEOUT = "turn_timeout"  # the turn reached its deadline; it was interrupted (retryable false)
+# How often a waiting turn re-reads the clock (an injected clock may move without an event arriving).
+DEADLINE_CHECK_S = 0.5
 
 
 @dataclass
@@ -63,9 +65,10 @@ def run_marker(run_id: str, work_id: str) -> str:
 
 
 class TurnDriver:
-    def __init__(self, channels: Channels, registry: RunnerRegistry) -> None:
+    def __init__(self, channels: Channels, registry: RunnerRegistry, clock: Clock) -> None:
         self.channels = channels
         self.registry = registry
+        self.clock = clock
 
     async def capabilities(self, runner_id: str, account: AccountRef, profile: str) -> dict[str, Any]:
         """The plugin's capabilities for ``profile``; ``team_tools_unavailable`` unless it is ready."""
@@ -90,9 +93,12 @@ class TurnDriver:
         run_id: str | None = None,
         tools: bool = True,
         on_event: Callable[[dict[str, Any]], None] | None = None,
-        timeout_s: float = TURN_TIMEOUT_S,
+        deadline_ms: int,
         hooks: TurnHooks | None = None,
     ) -> TurnResult:
+        """Run one turn; ``deadline_ms`` (on the injected clock) bounds the submitted turn: reaching it
+        interrupts the turn and raises ``turn_timeout``. Raises ``runner_command_uncertain`` when the channel is
+        lost after the prompt was submitted."""
         record = self.registry.get(runner_id)
         if record is None:
             raise TalariaError("not_found", "no such execution node")
@@ -123,7 +129,6 @@ class TurnDriver:
                     catalog=team_tools.catalog(), executor=execute, turn_active=lambda: active,
                 )  # fmt: skip
                 await self.channels.bind_grant(grant, session)
-            started = time.monotonic()
             if hooks is not None and hooks.before_submit is not None:
                 await hooks.before_submit(result)
             text = f"{prompt}\n{marker}"  # the run marker on its own line at the end (runner-protocol.md 13)
@@ -131,7 +136,7 @@ class TurnDriver:
             submitted = True
             if hooks is not None and hooks.after_submit is not None:
                 await hooks.after_submit(result)
-            await self._collect(gateway, result, on_event, deadline=started + timeout_s)
+            await self._collect(gateway, result, on_event, deadline_ms=deadline_ms)
             finished = True
             return result
         finally:
@@ -149,14 +154,14 @@ class TurnDriver:
         result: TurnResult,
         on_event: Callable[[dict[str, Any]], None] | None,
         *,
-        deadline: float,
+        deadline_ms: int,
     ) -> None:
         while True:
-            left = deadline - time.monotonic()
+            left = (deadline_ms - self.clock.now_ms()) / 1000
             if left <= 0:
-                raise TalariaError("runner_command_uncertain", "the turn did not finish in time")
+                raise TalariaError(TURN_TIMEOUT, "the turn reached its time limit (turns.max_turn_s) and was stopped")
             try:
-                frame = await asyncio.wait_for(gateway.events.get(), left)
+                frame = await asyncio.wait_for(gateway.events.get(), min(left, DEADLINE_CHECK_S))
             except TimeoutError:
                 continue
             if frame is None:  # the prompt was submitted: the turn may have run, and no reply arrived

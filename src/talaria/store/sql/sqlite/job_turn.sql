@@ -8,8 +8,9 @@ INSERT INTO job_turn (job_id, tenant, attempt, runner_id, profile, stored_sessio
                       updated_at)
 VALUES (:job_id, :tenant, :attempt, :runner_id, :profile, :stored_session_id, :marker, 'submitting', :now, :now)
 
--- name: job_turn_mark
--- Move a recorded turn on (submitted, finished) and note the stored session id it is in now.
-UPDATE job_turn SET state = :state, stored_session_id = COALESCE(:stored_session_id, stored_session_id),
-                    updated_at = :now
-WHERE job_id = :job_id
+-- name: job_turn_move
+-- Move a recorded turn from one state to the next (conditional on the state it is in), noting the stored
+-- session id it is in now and, when it finished, its outcome and reply.
+UPDATE job_turn SET state = :to_state, stored_session_id = COALESCE(:stored_session_id, stored_session_id),
+                    outcome = :outcome, reply = :reply, updated_at = :now
+WHERE job_id = :job_id AND state = :from_state

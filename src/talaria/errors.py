@@ -89,6 +89,9 @@ STATUS_BY_CODE: Mapping[str, int] = {
     "team_tools_unavailable": 409,
     # a turn reached turns.max_turn_s (or its lease's last renewal) and was interrupted (ADR 0020)
     "turn_timeout": 504,
+    # the account behind a turn lost its access (disabled, auth_version changed, profile removed)
+    "access_revoked": 403,
+    "team_tools_forbidden": 403,
 }
 
 # Runner-reported codes without a status of their own are relayed as 502 (runner-protocol.md 14).

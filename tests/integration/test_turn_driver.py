@@ -107,6 +107,39 @@ def test_a_plugin_that_is_not_ready_refuses_team_tools_before_anything_is_submit
     wait_until(lambda: env.server.hub.runners.states[env.runner_id].gateways == {}, what="the gateway to close")
 
 
+def _tool_call(bind: dict[str, Any], call_id: str) -> dict[str, Any]:
+    tool = listener_call(bind, "/tools/list", {})["tools"][0]
+    return listener_call(bind, "/tools/call", {"toolId": tool["id"], "arguments": {}, "callId": call_id})
+
+
+def test_revoking_the_account_mid_turn_fails_the_next_tool_call_and_interrupts_the_turn(env: Env) -> None:
+    env.hermes.knobs.delta_count = 3
+    env.hermes.knobs.delta_delay = 10  # no event reaches the hub for a while: only the tool call can notice
+    task = env.turn(prompt="a tooled turn")
+    wait_until(lambda: len(env.hermes.bindings()) == 1, what="the grant to be bound")
+    bind = next(iter(env.hermes.bindings().values()))
+    assert _tool_call(bind, "c1")["structuredContent"]["account"] == "alice"
+    env.server.hub.accounts.update("alice", "default", {"allowedProfiles": {"local": []}})  # auth_version + 1
+    refused = _tool_call(bind, "c2")
+    assert refused["isError"] is True and json.loads(refused["content"][0]["text"])["code"] == "team_tools_forbidden"
+    result = outcome(env.server, task, timeout=5)  # well before the next event
+    assert isinstance(result, TalariaError) and result.code == "access_revoked", result
+    env.hermes.wait_for(lambda: next(t for t in env.hermes.turns() if "tooled" in t.text).status == "interrupted")
+    wait_until(lambda: env.hermes.unbinds() != [], what="the grant to be closed")
+
+
+def test_the_grant_is_renewed_while_the_account_holds_and_its_turn_stops_once_it_does_not(env: Env) -> None:
+    driver = TurnDriver(env.server.hub.channels, env.server.hub.registry, env.server.clock, grant_renew_s=0.2)
+    env.hermes.knobs.delta_count = 3
+    env.hermes.knobs.delta_delay = 10  # no event reaches the hub for a while: only the renewal can notice
+    task = env.turn(driver, prompt="renew me")
+    wait_until(lambda: len(env.hermes.binds()) >= 3, what="two renewals (grant.bind) after the first bind")
+    env.server.hub.accounts.update("alice", "default", {"enabled": False})
+    result = outcome(env.server, task, timeout=5)  # no tool call needed: the renewal's check stops it
+    assert isinstance(result, TalariaError) and result.code == "access_revoked", result
+    env.hermes.wait_for(lambda: next(t for t in env.hermes.turns() if "renew me" in t.text).status == "interrupted")
+
+
 def test_a_turn_longer_than_ten_minutes_runs_to_its_end_inside_its_deadline(env: Env) -> None:
     """The old driver cut every turn at a fixed 600 s; a turn may now run until its deadline."""
     clock = ManualClock()

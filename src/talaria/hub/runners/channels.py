@@ -193,6 +193,7 @@ class Channels:
             self._close_local(state, gateway)
             return
         if not gateway.cleanup_only and not self.runners.validity.check(gateway.account, state.runner_id, None):
+            gateway.revoked = True
             self._close_local(state, gateway)
             raise TalariaError("runner_connection_closed", "the connection's account lost its access", status=410)
         gateway.events.put_nowait(body["frame"])
@@ -204,9 +205,15 @@ class Channels:
         self.runners.fail_where(state, lambda c: _of_gateway(c, gateway), _closed())
 
     async def tool(self, state: ConnState, body: dict[str, Any]) -> Any:
+        """Run one tool call of a grant (runner-protocol.md 12.5). Every call re-checks the grant's account
+        (enabled, ``auth_version`` unchanged, the profile still allowed): a failed check answers 403
+        ``team_tools_forbidden``, runs nothing and marks the grant revoked, which stops its turn."""
         grant = state.grants.get(body["grantId"])
         if grant is None or not grant.open or not grant.turn_active():
             raise TalariaError("runner_grant_expired", "the grant is closed or its turn ended")
+        if grant.revoked.is_set() or not self.runners.validity.check(grant.account, state.runner_id, grant.profile):
+            grant.revoked.set()
+            raise TalariaError("team_tools_forbidden", "the account behind this turn lost its access")
         fingerprint = sha256_hex(canonical_json([body["toolId"], body["arguments"]]))
         known = grant.calls.get(body["callId"])
         if known is not None:

@@ -68,6 +68,8 @@ class Grant:
     turn_active: Callable[[], bool]
     open: bool = True
     calls: dict[str, tuple[str, asyncio.Future[Any]]] = field(default_factory=dict)
+    # set when a check found the grant's account without access; the turn that owns the grant stops
+    revoked: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @dataclass

@@ -30,6 +30,8 @@ from talaria.hub.turns import team_tools
 log = structlog.get_logger("talaria.turns")
 
 TURN_TIMEOUT = "turn_timeout"  # the turn reached its deadline; it was interrupted (retryable false)
+ACCESS_REVOKED = "access_revoked"  # the turn's account lost its access; it was interrupted
+GRANT_RENEW_S = 300.0  # runner-protocol.md 12.1: re-check the turn and the account, renew with grant.bind
 # How often a waiting turn re-reads the clock (an injected clock may move without an event arriving).
 DEADLINE_CHECK_S = 0.5
 
@@ -65,10 +67,13 @@ def run_marker(run_id: str, work_id: str) -> str:
 
 
 class TurnDriver:
-    def __init__(self, channels: Channels, registry: RunnerRegistry, clock: Clock) -> None:
+    def __init__(
+        self, channels: Channels, registry: RunnerRegistry, clock: Clock, *, grant_renew_s: float = GRANT_RENEW_S
+    ) -> None:
         self.channels = channels
         self.registry = registry
         self.clock = clock
+        self.grant_renew_s = grant_renew_s
 
     async def capabilities(self, runner_id: str, account: AccountRef, profile: str) -> dict[str, Any]:
         """The plugin's capabilities for ``profile``; ``team_tools_unavailable`` unless it is ready."""
@@ -98,13 +103,15 @@ class TurnDriver:
     ) -> TurnResult:
         """Run one turn; ``deadline_ms`` (on the injected clock) bounds the submitted turn: reaching it
         interrupts the turn and raises ``turn_timeout``. Raises ``runner_command_uncertain`` when the channel is
-        lost after the prompt was submitted."""
+        lost after the prompt was submitted, and ``access_revoked`` (the turn interrupted, its grant closed) when
+        a tool call or the grant's renewal finds the account without access."""
         record = self.registry.get(runner_id)
         if record is None:
             raise TalariaError("not_found", "no such execution node")
         marker = run_marker(run_id or str(uuid.uuid4()), work_id)
         gateway = await self.channels.open_gateway(runner_id, account)
         grant: Grant | None = None
+        renewal: asyncio.Task[None] | None = None
         active = True
         submitted = finished = False
         try:
@@ -129,6 +136,7 @@ class TurnDriver:
                     catalog=team_tools.catalog(), executor=execute, turn_active=lambda: active,
                 )  # fmt: skip
                 await self.channels.bind_grant(grant, session)
+                renewal = asyncio.get_running_loop().create_task(self._renew(grant, result, profile))
             if hooks is not None and hooks.before_submit is not None:
                 await hooks.before_submit(result)
             text = f"{prompt}\n{marker}"  # the run marker on its own line at the end (runner-protocol.md 13)
@@ -136,11 +144,13 @@ class TurnDriver:
             submitted = True
             if hooks is not None and hooks.after_submit is not None:
                 await hooks.after_submit(result)
-            await self._collect(gateway, result, on_event, deadline_ms=deadline_ms)
+            await self._collect(gateway, result, on_event, deadline_ms=deadline_ms, grant=grant)
             finished = True
             return result
         finally:
             active = False
+            if renewal is not None:
+                renewal.cancel()
             interrupt = hooks is None or hooks.interrupt_abandoned is None or hooks.interrupt_abandoned()
             if submitted and not finished and gateway.open and interrupt:  # cancelled or timed out: stop it
                 await self._quietly(self.channels.rpc(gateway, "session.interrupt", {"session_id": runtime_id}))
@@ -155,8 +165,11 @@ class TurnDriver:
         on_event: Callable[[dict[str, Any]], None] | None,
         *,
         deadline_ms: int,
+        grant: Grant | None = None,
     ) -> None:
         while True:
+            if grant is not None and grant.revoked.is_set():
+                raise TalariaError(ACCESS_REVOKED, "the account behind this turn lost its access; the turn was stopped")
             left = (deadline_ms - self.clock.now_ms()) / 1000
             if left <= 0:
                 raise TalariaError(TURN_TIMEOUT, "the turn reached its time limit (turns.max_turn_s) and was stopped")
@@ -164,6 +177,8 @@ class TurnDriver:
                 frame = await asyncio.wait_for(gateway.events.get(), min(left, DEADLINE_CHECK_S))
             except TimeoutError:
                 continue
+            if frame is None and (gateway.revoked or (grant is not None and grant.revoked.is_set())):
+                raise TalariaError(ACCESS_REVOKED, "the account behind this turn lost its access; the turn was stopped")
             if frame is None:  # the prompt was submitted: the turn may have run, and no reply arrived
                 raise TalariaError(
                     "runner_command_uncertain", "the connection to Hermes was lost during the turn; it may have run"
@@ -181,6 +196,27 @@ class TurnDriver:
             if kind == "message.complete":
                 result.status = str(payload.get("status", "complete"))
                 result.text = str(payload.get("text", ""))
+                return
+
+    async def _renew(self, grant: Grant, result: TurnResult, profile: str) -> None:
+        """Every ``grant_renew_s`` while the turn runs: re-check the account and renew the grant with
+        ``grant.bind`` for the session's current stored id; a failed check or renewal marks the grant revoked
+        (the turn then stops)."""
+        validity = self.channels.runners.validity
+        while grant.open and grant.turn_active():
+            await asyncio.sleep(self.grant_renew_s)
+            if not grant.open or not grant.turn_active():
+                return
+            try:
+                allowed = await asyncio.to_thread(validity.check, grant.account, grant.runner_id, profile)
+                if allowed:
+                    session = {"runtimeId": result.runtime_id, "storedId": str(result.stored_id or "")}
+                    await self.channels.bind_grant(grant, session)
+            except TalariaError as exc:
+                log.info("grant_renewal_failed", grant=grant.id, code=exc.code)
+                allowed = False
+            if not allowed:
+                grant.revoked.set()
                 return
 
     @staticmethod

@@ -22,13 +22,27 @@ class Session:
     stored_id: str
     grant: Grant | None = None
     active: list[bool] = field(default_factory=lambda: [True])
+    account: str = "alice"
 
     @classmethod
-    def open(cls, node: Node) -> Session:
+    def open(cls, node: Node, account: str = "alice") -> Session:
         async def go() -> Session:
-            gateway = await node.server.hub.channels.open_gateway(node.runner_id, node.account())
+            gateway = await node.server.hub.channels.open_gateway(node.runner_id, node.account(account))
             created = await node.server.hub.channels.rpc(gateway, "session.create", {"close_on_disconnect": False})
-            return cls(node, gateway, created["session_id"], created["stored_session_id"])
+            return cls(node, gateway, created["session_id"], created["stored_session_id"], account=account)
+
+        opened: Session = node.call(go())
+        return opened
+
+    @classmethod
+    def resume(cls, node: Node, stored_id: str, account: str = "alice", **params: Any) -> Session:
+        """``session.resume`` of ``stored_id`` (``params`` added, e.g. ``lazy=True``) on a new gateway of
+        ``account``; the session's stored id is taken as ``stored_id``."""
+
+        async def go() -> Session:
+            gateway = await node.server.hub.channels.open_gateway(node.runner_id, node.account(account))
+            resumed = await node.server.hub.channels.rpc(gateway, "session.resume", {"session_id": stored_id} | params)
+            return cls(node, gateway, resumed["session_id"], stored_id, account=account)
 
         opened: Session = node.call(go())
         return opened
@@ -36,14 +50,15 @@ class Session:
     def bind(self, work_id: str = "work-1") -> None:
         async def go() -> None:
             channels = self.node.server.hub.channels
-            identity = team_tools.GrantIdentity("alice", self.node.account().tenant, "local", "default", work_id)
+            account = self.node.account(self.account)
+            identity = team_tools.GrantIdentity(self.account, account.tenant, "local", "default", work_id)
 
             async def execute(tool_id: str, arguments: dict[str, Any]) -> Any:
                 return await team_tools.call(identity, tool_id, arguments)
 
             payload = {"runtimeId": self.runtime_id, "storedId": self.stored_id}
             self.grant = await channels.create_grant(
-                self.node.runner_id, self.node.account(), profile="default", work_id=work_id, session=payload,
+                self.node.runner_id, account, profile="default", work_id=work_id, session=payload,
                 catalog=team_tools.catalog(), executor=execute, turn_active=lambda: self.active[0],
             )  # fmt: skip
             await channels.bind_grant(self.grant, payload)

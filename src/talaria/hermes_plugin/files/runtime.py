@@ -26,6 +26,7 @@ from typing import Any
 
 PLUGIN_VERSION = "1"
 TEAM_TOOL = re.compile(r"^team_[0-9a-f]{32}$")
+TEAM_TOOLSET = re.compile(r"^teamrt_[0-9a-f]{16}$")  # a binding's private toolset
 BRIDGE = re.compile(r"^http://127\.0\.0\.1:([0-9]{1,5})$")
 PROFILE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MAX_AHEAD_MS = 30 * 60 * 1000
@@ -199,19 +200,28 @@ def _profile_of(session: dict[str, Any]) -> str | None:
     return path.name if path.parent == _launch_home() / "profiles" else None
 
 
+def _live(session: Any) -> bool:
+    return isinstance(session, dict) and not session.get("_finalized")
+
+
 def _runtime_of(stored_id: str | None) -> str | None:
-    """The live runtime id whose stored id is ``stored_id`` (what a tool handler and the hooks receive)."""
+    """The live runtime id whose agent runs as ``stored_id`` (the ``session_id`` a tool handler and the hooks
+    receive is ``agent.session_id``); None when no live session, or more than one, does.
+
+    Only ``agent.session_id`` counts, never ``session_key``: after a compression the gateway keeps the
+    rotated-out id as ``session_key`` until the turn ends, and a session resumed on that id meanwhile runs as
+    it, so matching the key would hand that session this one's binding."""
     if not stored_id:
         return None
     internals = _internals()
     with internals["_sessions_lock"]:
         items = list(internals["_sessions"].items())
-    for runtime_id, session in items:
-        if isinstance(session, dict) and (
-            session.get("session_key") == stored_id or getattr(session.get("agent"), "session_id", None) == stored_id
-        ):
-            return str(runtime_id)
-    return None
+    matches = [
+        str(runtime_id)
+        for runtime_id, session in items
+        if _live(session) and getattr(session.get("agent"), "session_id", None) == stored_id
+    ]
+    return matches[0] if len(matches) == 1 else None  # ambiguous: nobody gets team tools
 
 
 def _bound_names(stored_id: str | None) -> set[str]:
@@ -283,21 +293,28 @@ def _catalog(binding: Binding, timeout: float) -> list[dict[str, Any]]:
 
 
 def _enabled_toolsets(agent: Any, internals: dict[str, Any]) -> list[str]:
+    """The agent's enabled toolsets as an explicit list, without any binding's private toolset.
+
+    ``None`` means every registered toolset, and the registry is one per process: expanding it would also
+    enable the toolsets other sessions' bindings registered. Those are filtered out (and so is a leftover of
+    this session's own), so a session's snapshot only ever gains the one toolset its binding appends."""
     current = getattr(agent, "enabled_toolsets", None)
-    if current is not None:
-        return list(current)
-    definitions = internals["get_tool_definitions"](quiet_mode=True, skip_tool_search_assembly=True)
     names: list[str] = []
-    for definition in definitions:
-        toolset = internals["registry.get_toolset_for_tool"](definition.get("function", {}).get("name", ""))
-        if toolset and toolset not in names:
-            names.append(toolset)
-    return names
+    if current is not None:
+        names = [str(toolset) for toolset in current]
+    else:
+        definitions = internals["get_tool_definitions"](quiet_mode=True, skip_tool_search_assembly=True)
+        for definition in definitions:
+            toolset = internals["registry.get_toolset_for_tool"](definition.get("function", {}).get("name", ""))
+            if toolset and toolset not in names:
+                names.append(toolset)
+    return [toolset for toolset in names if not TEAM_TOOLSET.match(toolset)]
 
 
 def _handler(tool_id: str) -> Any:
     def handle(args: Any, **kwargs: Any) -> str:
-        return call_tool(tool_id, args, kwargs.get("session_id") or kwargs.get("task_id"))
+        # only session_id (the agent's stored id) names the caller; task_id may be the gateway's stale key
+        return call_tool(tool_id, args, kwargs.get("session_id"))
 
     return handle
 
@@ -496,9 +513,13 @@ def llm_request(request: Any = None, session_id: str | None = None, **_: Any) ->
 
 
 def on_session_finalize(session_id: str | None = None, **_: Any) -> None:
-    """The session really closed: drop its binding (found by stored id; the session is gone already)."""
+    """A session really closed: drop the bindings of sessions no longer live.
+
+    Hermes fires this after it marked the session finalized and removed it from ``_sessions``. The stored id it
+    passes does not say whose binding it is: a binding's stored id is stale after a compression, and a session
+    resumed on the rotated-out id finalizes under it while the bound session lives on."""
     with _lock:
-        gone = [b for b in _bindings.values() if b.stored_id == session_id]
+        gone = [b for b in _bindings.values() if not _live(_session(b.runtime_id))]
         for binding in gone:
             del _bindings[binding.runtime_id]
             _release(binding)

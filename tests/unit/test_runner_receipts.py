@@ -96,7 +96,7 @@ def test_a_different_fingerprint_is_a_conflict_in_every_state(db: Path, clock: M
         receipts.complete(CMD_ID, {"result": 1})
         assert receipts.begin(other) == Conflict()  # complete
         clock.advance(3601)
-        assert receipts.compact() == 1
+        assert receipts.compact().retired == 1
         assert receipts.begin(other) == Conflict()  # retired
 
 
@@ -227,10 +227,10 @@ def test_compaction_retires_complete_rows_older_than_an_hour(db: Path, clock: Ma
         receipts.begin(command("young"))
         receipts.complete("young", {"result": "y"})
         clock.advance(1800)
-        assert receipts.compact() == 0  # exactly one hour: not older yet
+        assert receipts.compact().retired == 0  # exactly one hour: not older yet
         clock.advance(0.001)
-        assert receipts.compact() == 1
-        assert receipts.compact() == 0  # idempotent
+        assert receipts.compact().retired == 1
+        assert receipts.compact().retired == 0  # idempotent
         assert receipts.begin(command("old")) == Uncertain()
         assert receipts.begin(command("young")) == Stored({"result": "y"})
         assert receipts.begin(command("stuck")) == Running()
@@ -254,7 +254,7 @@ def test_compaction_takes_an_explicit_time(db: Path, clock: ManualClock) -> None
     with Receipts(db, clock) as receipts:
         receipts.begin(command())
         receipts.complete(CMD_ID, {"result": 1})
-        assert receipts.compact(clock.now_ms() + 3_600_001) == 1
+        assert receipts.compact(clock.now_ms() + 3_600_001).retired == 1
 
 
 def test_every_256th_handled_command_compacts(db: Path, clock: ManualClock) -> None:

@@ -1,7 +1,9 @@
 """The runner's connection loop (runner-protocol.md 3, 5.2, 6.2): poll, adopt epochs, run commands.
 
 Status lines on stderr: ``runner connected`` when a new epoch is adopted, ``runner disconnected:
-<reason>`` on a local disconnect caused by an error. Never the token or a Hermes credential.
+<reason>`` on a local disconnect caused by an error, ``runner: <code>: <advice>`` before a stop for good
+(a terminal refusal, exit status 1; ``receipts_failed``, a receipt the file refused, exit status 4, ADR
+0019). Never the token or a Hermes credential.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any, TextIO
 
 from talaria.clock import Clock
 from talaria.hermes.rest import HermesRest
+from talaria.runner import limits
+from talaria.runner.compaction import Compactor
 from talaria.runner.config import RunnerConfig
 from talaria.runner.errors import CommandError
 from talaria.runner.executor import Executor
@@ -22,11 +26,14 @@ from talaria.runner.gateway import Gateways
 from talaria.runner.grants import Grants
 from talaria.runner.http_kind import run_http
 from talaria.runner.hub_client import HubClient, HubError, Identity, Wire
-from talaria.runner.receipts import Receipts
+from talaria.runner.receipts import Receipts, ReceiptsError
 
 GRACE_S = 10.0
 GOODBYE_S = 2.0
 MAX_BACKOFF_S = 30.0
+EXIT_TERMINAL = 1  # the hub refused this runner for good (TERMINAL_ADVICE)
+EXIT_RECEIPTS_FAILED = 4  # a receipt could not be written: stopped rather than leave a command unanswered
+RECEIPTS_ADVICE = "the runner stops; free or repair the disk of its state directory, then start it again"
 TERMINAL_ADVICE = {
     "runner_unauthorized": "the runner was disabled or its token is invalid; register it again on the hub",
     "runner_protocol_mismatch": "the hub speaks another runner protocol version; upgrade Talaria on this node",
@@ -44,6 +51,7 @@ class Agent:
         *,
         out: TextIO = sys.stderr,
         hub_wire: Wire | None = None,
+        compact_interval_s: float = limits.RECEIPT_COMPACT_INTERVAL_S,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -92,12 +100,15 @@ class Agent:
             },
             epoch_is_current=lambda epoch: self.connected and epoch == self.server_epoch,
             on_hub_error=self._hub_error,
+            on_receipts_failure=self._receipts_failed,
         )
+        self.compactor = Compactor(receipts, interval_s=compact_interval_s, on_failure=self._receipts_failed)
         self.connected_event = asyncio.Event()
         self._stop = asyncio.Event()
         self._stop_now = False
         self._poll: asyncio.Task[dict[str, Any]] | None = None
         self.exit_code = 0
+        self.receipts_failure: ReceiptsError | None = None
 
     def say(self, line: str) -> None:
         print(line, file=self.out, flush=True)
@@ -107,6 +118,7 @@ class Agent:
     async def run(self) -> int:
         backoff = 0.0
         try:
+            self.compactor.start()
             while not self._stop.is_set():
                 counter = self.disconnects
                 self._poll = asyncio.get_running_loop().create_task(
@@ -121,7 +133,7 @@ class Agent:
                 except HubError as exc:
                     if exc.terminal:
                         self.say(f"runner: {exc.code}: {TERMINAL_ADVICE[exc.code]}")
-                        self.exit_code = 1
+                        self.exit_code = EXIT_TERMINAL
                         break
                     self.say(f"runner disconnected: {exc.code}")
                     await self.local_disconnect()
@@ -170,10 +182,23 @@ class Agent:
         if self._poll is not None:
             self._poll.cancel()
 
+    def _receipts_failed(self, exc: ReceiptsError) -> None:
+        """A receipt could not be written: say so once and stop gracefully with exit status 4. Commands in
+        flight finish and post their outcomes; the hub gets ``goodbye`` and fails what is left at once."""
+        if self.receipts_failure is not None:
+            return
+        self.receipts_failure = exc
+        self.say(f"runner: receipts_failed: {exc}; {RECEIPTS_ADVICE}")
+        if self.exit_code == 0:
+            self.exit_code = EXIT_RECEIPTS_FAILED
+        if not self._stop.is_set():
+            self.request_stop()
+
     async def _shutdown(self) -> None:
+        await self.compactor.stop()
         if not self._stop_now:
             await self.executor.drain(GRACE_S)
-        if self.connected and self.server_epoch is not None and self.exit_code == 0:
+        if self.connected and self.server_epoch is not None and self.exit_code != EXIT_TERMINAL:
             with contextlib.suppress(HubError, TimeoutError):  # best effort
                 await asyncio.wait_for(self.hub.post("goodbye", self.server_epoch, {}), GOODBYE_S)
         self.executor.cancel_all()

@@ -2,13 +2,20 @@
 
 Every command runs in its own task, so a slow one never delays a later ``gateway.close``. A command
 already executing in this process is joined on redelivery, never run twice.
+
+Every command begun is answered (ADR 0019). A reply canonical JSON cannot carry (NaN, Infinity, a lone
+surrogate) is stored and posted as ``runner_reply_unrepresentable``, so a redelivery replays that error. A
+receipt the file refuses is reported to ``on_receipts_failure`` (the runner stops with exit status 4) and the
+command is still answered: with its outcome when it ran, with ``runner_command_uncertain`` when even its
+``started`` receipt could not be written or read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 from talaria.clock import Clock
 from talaria.runner import receipts as rc
@@ -16,8 +23,22 @@ from talaria.runner.errors import CommandError
 from talaria.runner.hub_client import HubClient, HubError
 from talaria.runner.receipt_writes import ReceiptWrites
 
+_log = logging.getLogger("talaria.runner.executor")
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 DISCONNECTING = frozenset({"runner_epoch_changed", "runner_instance_changed"})
+UNREPRESENTABLE: Final = "runner_reply_unrepresentable"
+UNREPRESENTABLE_MESSAGE: Final = "the reply holds a value JSON cannot carry (NaN, Infinity or a lone surrogate)"
+
+
+def _log_receipts_failure(exc: rc.ReceiptsError) -> None:
+    _log.error("receipts_failed", extra={"error": str(exc)})
+
+
+def unstorable(exc: ValueError) -> CommandError:
+    """The error that replaces a reply ``Receipts.complete`` refused before writing anything."""
+    if isinstance(exc, rc.UnrepresentableReply):
+        return CommandError(UNREPRESENTABLE, UNREPRESENTABLE_MESSAGE)
+    return CommandError("runner_internal_error", "the runner made a reply of the wrong shape")
 
 
 class Executor:
@@ -30,13 +51,18 @@ class Executor:
         handlers: dict[str, Handler],
         epoch_is_current: Callable[[str], bool],
         on_hub_error: Callable[[HubError], Awaitable[None]],
+        on_receipts_failure: Callable[[rc.ReceiptsError], None] | None = None,
     ) -> None:
+        """``on_receipts_failure`` is called (on the loop, possibly more than once) for every receipt write the
+        file refuses; the daemon's ``Agent`` stops the runner there. Without one (an embedding test) the failure
+        is logged as an error."""
         self.hub = hub
         self.receipts = receipts
         self.clock = clock
         self.handlers = handlers
         self.epoch_is_current = epoch_is_current
         self.on_hub_error = on_hub_error
+        self.on_receipts_failure = on_receipts_failure or _log_receipts_failure
         self.running: dict[str, asyncio.Task[None]] = {}
         self.writes = ReceiptWrites()
 
@@ -66,10 +92,16 @@ class Executor:
     async def _handle(self, command: dict[str, Any], epoch: str) -> None:
         try:
             begun = await self.writes.run(lambda: self.receipts.begin(command))
-        except (ValueError, rc.ReceiptsError):
+        except ValueError:
             await self._post(
                 epoch, command["id"], CommandError("runner_command_forbidden", "malformed command").reply()
             )
+            return
+        except rc.ReceiptsError as exc:
+            # Not run; but an unreadable file may hide an earlier run of this id, so never "not executed".
+            self.on_receipts_failure(exc)
+            uncertain = CommandError("runner_command_uncertain", rc.UNCERTAIN_MESSAGE)
+            await self._post(epoch, command["id"], uncertain.reply())
             return
         if isinstance(begun, rc.Running):
             return
@@ -81,13 +113,36 @@ class Executor:
             reply = CommandError("runner_command_uncertain", begun.message).reply()
         else:
             outcome = await self._execute(command, epoch)
-            reply = await self.writes.run(lambda: self._complete(command["id"], outcome))
+            reply = await self._finish(command["id"], outcome)
         await self._post(epoch, command["id"], reply)
 
-    def _complete(self, command_id: str, reply: dict[str, Any]) -> dict[str, Any]:
-        """Store the reply, then count the command (every 256th compacts); one trip to a worker thread."""
-        stored = self.receipts.complete(command_id, reply)
-        self.receipts.handled()
+    async def _finish(self, command_id: str, outcome: dict[str, Any]) -> dict[str, Any]:
+        """Store the command's reply and return it as it is to be posted. Never raises for the file: a write it
+        refuses goes to ``on_receipts_failure`` and the reply is returned unstored (the receipt stays
+        ``started``: uncertain after a restart, never replayed)."""
+        answer = outcome
+
+        def complete() -> tuple[dict[str, Any], rc.ReceiptsError | None]:
+            """Store, then count the command (every 256th compacts); one trip to a worker thread."""
+            nonlocal answer
+            try:
+                stored = self.receipts.complete(command_id, answer)
+            except ValueError as exc:  # refused before anything was written
+                answer = unstorable(exc).reply()
+                stored = self.receipts.complete(command_id, answer)
+            try:
+                self.receipts.handled()
+            except rc.ReceiptsError as exc:  # the reply is stored: post it, then stop
+                return stored, exc
+            return stored, None
+
+        try:
+            stored, failure = await self.writes.run(complete)
+        except rc.ReceiptsError as exc:
+            self.on_receipts_failure(exc)
+            return answer
+        if failure is not None:
+            self.on_receipts_failure(failure)
         return stored
 
     async def _execute(self, command: dict[str, Any], epoch: str) -> dict[str, Any]:

@@ -24,8 +24,16 @@ MAX_CONFIG_FILE_BYTES: Final = 1024 * 1024
 MAX_ERROR_MESSAGE_CHARS: Final = 1000
 # `complete` receipts older than this (by `created`) -> state `retired`, `result` dropped
 RECEIPT_RETAIN_MS: Final = 3600 * 1000
-# Compaction runs at start-up and after this many handled commands
+# Compaction runs at start-up, after this many handled commands, and on a timer (ADR 0019)
 RECEIPT_COMPACT_EVERY: Final = 256
+# The timer's period: a quiet runner compacts too -> `Compactor` runs `Receipts.compact` this often
+RECEIPT_COMPACT_INTERVAL_S: Final = 60
+# `retired` receipts older than this (by `created`) -> deleted; a command is never redelivered this late
+# (deadline 30 s, 70 s for grant.bind), and a late one fails admission on its `expiresAt`
+RECEIPT_DELETE_AFTER_MS: Final = 24 * 3600 * 1000
+# Session records (section 11.2) not renewed by an open, resume or bind for this long -> deleted; the
+# history of such a session is then `runner_session_forbidden` until it is resumed again
+SESSION_RECORD_RETAIN_MS: Final = 24 * 3600 * 1000
 # Receipt writes run on the event loop while they are fast; one slower than this moves them to a
 # worker thread (a slow disk must not stall the poll loop) -> `ReceiptWrites` goes off-loop
 RECEIPT_INLINE_MAX_S: Final = 0.002

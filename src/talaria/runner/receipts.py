@@ -18,6 +18,11 @@ uncertain and never replays.
 - ``Stored``: a ``complete`` receipt; post ``reply`` again.
 - ``Uncertain``: ``started`` by an earlier process, or ``retired`` -> ``runner_command_uncertain`` with
   ``UNCERTAIN_MESSAGE``; never replayed.
+
+Compaction (``compact``, at start-up, every 256 handled commands and on the runner's timer, ADR 0019):
+``complete`` receipts older than 1 h are retired (their reply dropped, the fingerprint kept), retired receipts
+older than 24 h are deleted, and session records not renewed for 24 h are deleted. ``started`` rows are never
+compacted. SQLite reuses the freed pages, so the file stays as large as its busiest day needed.
 """
 
 from __future__ import annotations
@@ -51,15 +56,22 @@ _SELECT = "SELECT fingerprint, state, result FROM commands WHERE id = ?"
 _INSERT = "INSERT INTO commands(id, fingerprint, state, result, created) VALUES (?, ?, 'started', NULL, ?)"
 _COMPLETE = "UPDATE commands SET state = 'complete', result = ? WHERE id = ? AND state = 'started'"
 _RETIRE = "UPDATE commands SET state = 'retired', result = NULL WHERE state = 'complete' AND created < ?"
+_DELETE_RETIRED = "DELETE FROM commands WHERE state = 'retired' AND created < ?"
+_DELETE_SESSIONS = "DELETE FROM sessions WHERE created < ?"
+# `created` of a session record is when it was last recorded: every open or bind renews it (ADR 0019).
 _SESSION_PUT = (
     "INSERT INTO sessions(stored_id, profile, created) VALUES (?, ?, ?) ON CONFLICT(stored_id) DO UPDATE "
-    "SET profile = excluded.profile, created = excluded.created WHERE sessions.profile <> excluded.profile"
+    "SET profile = excluded.profile, created = excluded.created"
 )
 _SESSION_GET = "SELECT profile FROM sessions WHERE stored_id = ?"
 
 
 class ReceiptsError(Exception):
     """The receipts file cannot be used, or a call broke the contract (e.g. completing an unknown id)."""
+
+
+class UnrepresentableReply(ValueError):
+    """A reply canonical JSON cannot carry (NaN, Infinity, a lone surrogate, a value that is not JSON)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +100,15 @@ class Uncertain:
 
 
 Begin = Fresh | Conflict | Running | Stored | Uncertain
+
+
+@dataclass(frozen=True)
+class Compacted:
+    """What one compaction did: receipts retired, retired receipts deleted, session records deleted."""
+
+    retired: int
+    deleted: int
+    sessions: int
 
 
 def fingerprint(command: dict[str, Any]) -> str:
@@ -236,11 +257,16 @@ class Receipts:
     def complete(self, command_id: str, reply: dict[str, Any]) -> dict[str, Any]:
         """Store ``reply`` and mark the receipt ``complete``; returns the reply as stored (message cut).
 
-        Only a receipt begun by this process can be completed. Raises ``ValueError`` for a reply of the
-        wrong shape, ``ReceiptsError`` for an id not begun here or a failing file.
+        Only a receipt begun by this process can be completed. Raises ``UnrepresentableReply`` (a
+        ``ValueError``) for a reply canonical JSON refuses, ``ValueError`` for one of the wrong shape (both
+        before touching the file: the receipt stays ``started`` and may still be completed with another
+        reply), ``ReceiptsError`` for an id not begun here or a failing file.
         """
         stored = _checked_reply(reply)
-        text = canonical_json(stored).decode("utf-8")
+        try:
+            text = canonical_json(stored).decode("utf-8")
+        except (ValueError, TypeError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
+            raise UnrepresentableReply(f"the reply cannot be stored as JSON: {type(exc).__name__}") from None
         with self._lock:
             if command_id not in self._started_here:
                 raise ReceiptsError("no receipt of this command was begun by this process")
@@ -250,17 +276,20 @@ class Receipts:
             self._started_here.discard(command_id)
         return stored
 
-    def compact(self, now: int | None = None) -> int:
-        """Retire ``complete`` receipts created more than 1 h before ``now`` (default: the clock).
+    def compact(self, now: int | None = None) -> Compacted:
+        """One transaction, relative to ``now`` (default: the clock): retire ``complete`` receipts created
+        more than 1 h before (their ``result`` dropped, the fingerprint kept as a no-replay tombstone), delete
+        ``retired`` receipts created more than 24 h before and session records not renewed for 24 h.
 
-        Their ``result`` is dropped; the fingerprint stays as a no-replay tombstone. Idempotent.
-        Returns the number of receipts retired.
+        Idempotent; safe from any thread. Raises ``ReceiptsError`` if the file fails (then nothing changed).
         """
         if now is None:
             now = self._clock.now_ms()
-        with self._lock:
-            count = self._write(_RETIRE, (now - limits.RECEIPT_RETAIN_MS,))
-        return count
+        with self._lock, self._transaction() as tx:
+            retired = tx.execute(_RETIRE, (now - limits.RECEIPT_RETAIN_MS,)).rowcount
+            deleted = tx.execute(_DELETE_RETIRED, (now - limits.RECEIPT_DELETE_AFTER_MS,)).rowcount
+            sessions = tx.execute(_DELETE_SESSIONS, (now - limits.SESSION_RECORD_RETAIN_MS,)).rowcount
+        return Compacted(retired=retired, deleted=deleted, sessions=sessions)
 
     def handled(self) -> bool:
         """Count one handled command; every 256th call compacts. Returns whether it compacted."""
@@ -276,8 +305,9 @@ class Receipts:
     def record_session(self, stored_id: str, profile: str) -> None:
         """Record that ``stored_id`` was opened or bound through this runner under ``profile``.
 
-        Idempotent; recording the same id with another profile replaces it (the latest successful
-        open or bind is what Hermes has).
+        Idempotent apart from renewing the record's time (compaction deletes a record not renewed for
+        24 h); recording the same id with another profile replaces it (the latest successful open or bind
+        is what Hermes has).
         """
         if not isinstance(stored_id, str) or not stored_id or not isinstance(profile, str) or not profile:
             raise ValueError("a stored session id and a profile are non-empty strings")

@@ -16,6 +16,7 @@ import pytest
 from talaria.clock import SystemClock
 from talaria.hub.runners.registry import parse_registration
 from talaria.hub.runners.state import AccountRef
+from talaria.hub.timings import HubTimings
 from talaria.hub.turns.driver import TurnDriver
 from talaria.testing.hub_server import HubServer
 from talaria.testing.model_server import ModelServer
@@ -73,8 +74,10 @@ class Node:
         return spawn(self.server, self.driver.run(**self._args(prompt, kwargs)))
 
 
-def start_node(tmp_path: Path, hermes: RealHermes, model: ModelServer, **config: Any) -> Node:
-    server = HubServer(tmp_path / "data", SystemClock()).start()
+def start_node(
+    tmp_path: Path, hermes: RealHermes, model: ModelServer, *, timings: HubTimings | None = None, **config: Any
+) -> Node:
+    server = HubServer(tmp_path / "data", SystemClock(), timings=timings).start()
     try:
         add_account(server, "alice", allowed_profiles={"local": list(PROFILES)})
         add_account(server, "bob", allowed_profiles={"local": ["default"]})
@@ -109,9 +112,11 @@ def start_node(tmp_path: Path, hermes: RealHermes, model: ModelServer, **config:
 
 
 @contextmanager
-def running_node(tmp_path: Path, hermes: RealHermes, model: ModelServer, **config: Any) -> Iterator[Node]:
+def running_node(
+    tmp_path: Path, hermes: RealHermes, model: ModelServer, *, timings: HubTimings | None = None, **config: Any
+) -> Iterator[Node]:
     """``start_node``, and at exit the runner stopped (if still running) and the hub stopped."""
-    made = start_node(tmp_path, hermes, model, **config)
+    made = start_node(tmp_path, hermes, model, timings=timings, **config)
     try:
         yield made
     finally:

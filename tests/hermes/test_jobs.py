@@ -6,15 +6,18 @@ import json
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
-from talaria.testing.model_server import reply, slow, when
+from talaria.hub.timings import HubTimings
+from talaria.testing.model_server import ModelServer, reply, slow, when
+from talaria.testing.real_hermes import RealHermes
 from tests.conftest import add_account, login
-from tests.hermes.conftest import Node
+from tests.hermes.conftest import Node, running_node
 from tests.hermes.job_support import People, approved, finished, wait_job
-from tests.integration.runner_support import RunnerProcess
+from tests.integration.runner_support import RunnerProcess, wait_until
 
 
 @pytest.fixture
@@ -86,14 +89,28 @@ def test_the_author_losing_the_profile_while_queued_fails_not_admitted_and_the_m
     assert not any("nobody may run" in json.dumps(r.body) for r in node.model.requests())
 
 
-def test_a_runner_offline_before_submission_makes_the_job_wait_then_run_once(node: Node, people: People) -> None:
-    alice, root = people
+def test_a_runner_offline_before_submission_makes_the_job_wait_then_run_once(
+    tmp_path: Path, hermes: RealHermes, model: ModelServer
+) -> None:
+    with running_node(tmp_path, hermes, model, timings=HubTimings(command_deadline_s=5)) as node:
+        add_account(node.server, "root", "admin", allowed_profiles={"local": ["default"]})
+        alice, root = login(node.server, "alice"), login(node.server, "root")
+        try:
+            _offline_before_submission(node, alice, root)
+        finally:
+            alice.close()
+            root.close()
+
+
+def _offline_before_submission(node: Node, alice: httpx.Client, root: httpx.Client) -> None:
     node.model.script(when("patience", reply("Worth the wait.")))
     node.runner.proc.send_signal(signal.SIGSTOP)  # frozen: the hub still holds its state, commands go nowhere
     try:
         job = approved(alice, root, "patience, please")
         wait_job(root, job["id"], lambda j: j["state"] == "RUNNING", timeout=10)
-        time.sleep(32)  # the first command's 30 s deadline passes undelivered: runner_offline, nothing submitted
+        # the first command's deadline passes undelivered: runner_offline, nothing submitted, the job waits
+        waits = node.server.hub.dispatcher.pre_submit_waits
+        wait_until(lambda: waits[job["id"]] >= 1, timeout=30, what="the job to wait for its runner")
         now = root.get(f"/api/jobs/{job['id']}").json()["job"]
         assert now["state"] == "RUNNING", now  # kept, heartbeating, waiting for the runner
         assert not any("patience" in json.dumps(r.body) for r in node.model.requests())

@@ -16,7 +16,7 @@ from talaria.clock import SystemClock
 from talaria.testing.hermes_fixture import HermesFixture
 from talaria.testing.hub_server import HubServer
 from tests.conftest import add_account, login
-from tests.integration.runner_support import RunnerProcess, register_node
+from tests.integration.runner_support import RunnerProcess, register_node, wait_until
 
 
 @dataclass
@@ -95,3 +95,15 @@ def wait_prompt(env: Env, text: str, timeout: float = 10) -> None:
     while env.hermes.prompt_count(text) == 0:
         assert time.monotonic() < deadline, f"Hermes never got {text!r}"
         time.sleep(0.05)
+
+
+def expire_attempt(env: Env, job_id: str, timeout: float = 15) -> None:
+    """Sweep (what the reaper does) until the job's current attempt has expired (its lease is short)."""
+    attempt = env.job(job_id)["attempt"]
+
+    def expired() -> bool:
+        env.server.hub.engine.expire_due()
+        job = env.job(job_id)
+        return bool(job["attempt"] > attempt or job["state"] != "RUNNING")
+
+    wait_until(expired, timeout=timeout, what=f"attempt {attempt} of {job_id} to expire")

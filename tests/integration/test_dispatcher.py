@@ -5,6 +5,7 @@ without the prompt reaching Hermes; an admin cancel interrupts the turn."""
 from __future__ import annotations
 
 import itertools
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,11 +14,12 @@ import httpx
 import pytest
 
 from talaria.clock import SystemClock
+from talaria.hub.timings import HubTimings
 from talaria.testing.hermes_fixture import HermesFixture
 from talaria.testing.hub_server import HubServer
 from tests.conftest import add_account, login
-from tests.integration.dispatch_support import Env, hub_env, prepared, wait_prompt
-from tests.integration.runner_support import RunnerProcess, register_node
+from tests.integration.dispatch_support import Env, expire_attempt, hub_env, prepared, wait_prompt
+from tests.integration.runner_support import RunnerProcess, register_node, wait_until
 
 
 @pytest.fixture
@@ -49,7 +51,8 @@ def test_an_approved_task_runs_on_the_node_and_its_job_succeeds_with_the_reply(e
 
 def test_a_job_whose_author_lost_the_profile_fails_not_admitted_and_hermes_never_sees_it(env: Env) -> None:
     job = env.approved_job("secret plan")  # no runner connected yet: the job waits, queued
-    time.sleep(1.5)  # a few dispatcher scans
+    scans = env.server.hub.dispatcher.scans
+    wait_until(lambda: env.server.hub.dispatcher.scans >= scans + 2, what="two dispatcher scans")
     queued = env.job(job["id"])
     assert queued["state"] == "QUEUED"
     assert queued["waitingReason"] == "waiting for execution node 'node' (cell local) to connect"
@@ -111,8 +114,7 @@ def test_a_hub_restarted_mid_turn_never_replays_the_prompt(tmp_path: Path) -> No
             job = env.approved_job("survive the hub")
             wait_prompt(env, "survive the hub")
             server.restart()  # the turn goes on in Hermes; the job's lease is left to expire
-            time.sleep(3.5)
-            server.hub.engine.expire_due()  # the reaper: attempt 1 expired, requeued
+            expire_attempt(env, job["id"])  # the reaper: attempt 1 expired, requeued
             done = env.wait_job(job["id"], lambda j: j["state"] in ("SUCCEEDED", "FAILED"), timeout=60)
             assert done["state"] == "FAILED" and done["attempt"] == 2, (done["result"], done["terminal"])
             assert done["result"]["code"] == "runner_command_uncertain"
@@ -144,8 +146,7 @@ def test_a_node_re_registered_between_attempts_fails_the_job_target_changed(tmp_
                 server, tmp_path / "node-2", hermes_url=hermes.url, session_token=hermes.session_token
             )
             env.start_runner()
-            time.sleep(3.5)
-            server.hub.engine.expire_due()
+            expire_attempt(env, job["id"])
             failed = env.wait_job(job["id"], lambda j: j["state"] in ("SUCCEEDED", "FAILED"), timeout=60)
             assert failed["state"] == "FAILED" and failed["result"]["code"] == "runner_target_changed", failed
             assert hermes.prompt_count("moving target") == 1
@@ -219,17 +220,21 @@ def test_fifty_jobs_across_three_profiles_on_two_runners_all_finish_none_twice(t
             server.stop()
 
 
-@pytest.mark.slow
-def test_a_runner_offline_before_submission_makes_the_job_wait_then_run_once(env: Env) -> None:
-    import signal
+def test_a_runner_offline_before_submission_makes_the_job_wait_then_run_once(tmp_path: Path) -> None:
+    with hub_env(tmp_path, timings=HubTimings(command_deadline_s=2)) as env:
+        _offline_before_submission(env)
 
+
+def _offline_before_submission(env: Env) -> None:
     env.start_runner()
     assert env.runner is not None
     env.runner.proc.send_signal(signal.SIGSTOP)  # frozen: the hub still has its state, commands go nowhere
     try:
         job = env.approved_job("patience")
         env.wait_job(job["id"], lambda j: j["state"] == "RUNNING", timeout=10)
-        time.sleep(32)  # the first command's 30 s deadline passes undelivered: runner_offline, nothing submitted
+        # the first command's deadline passes undelivered: runner_offline, nothing submitted, the job waits
+        waits = env.server.hub.dispatcher.pre_submit_waits
+        wait_until(lambda: waits[job["id"]] >= 1, timeout=15, what="the job to wait for its runner")
         now = env.job(job["id"])
         assert now["state"] == "RUNNING", now["result"]  # kept, heartbeating, waiting for the runner
         assert env.hermes.prompt_count("patience") == 0

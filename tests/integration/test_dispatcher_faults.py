@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from talaria.errors import StoreUnavailable
-from tests.integration.dispatch_support import Env, hub_env, wait_prompt
+from tests.integration.dispatch_support import expire_attempt, hub_env, wait_prompt
 from tests.integration.runner_support import wait_until
 
 
@@ -99,7 +99,7 @@ def test_a_hub_that_dies_between_the_turn_s_end_and_the_complete_commit_finishes
         env.server.restart()
         releaser.join(30)
         assert env.job(job["id"])["state"] == "RUNNING"  # attempt 1's lease is left to expire
-        wait_until(lambda: _expired(env, job["id"]), timeout=15, what="attempt 1's lease to expire")
+        expire_attempt(env, job["id"])
         done = env.wait_job(job["id"], lambda j: j["state"] in ("SUCCEEDED", "FAILED"), timeout=30)
         assert done["state"] == "SUCCEEDED" and done["attempt"] == 2, (done["result"], done["terminal"])
         assert done["result"]["outputs"]["reply"] == recorded.reply
@@ -113,8 +113,3 @@ def _release_after_stop(dispatcher: Any, released: threading.Event) -> None:
     """Let the stuck call go once the dying hub's dispatcher has abandoned the job (its answer is dropped)."""
     wait_until(lambda: dispatcher.stopping and not dispatcher.running, timeout=30, what="the old dispatcher to stop")
     released.set()
-
-
-def _expired(env: Env, job_id: str) -> bool:
-    env.server.hub.engine.expire_due()  # what the reaper does
-    return bool(env.job(job_id)["attempt"] >= 2 or env.job(job_id)["state"] != "RUNNING")

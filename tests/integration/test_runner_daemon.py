@@ -206,7 +206,9 @@ def test_a_poll_failure_prints_runner_disconnected_with_its_reason_and_the_runne
     site.server.stop()  # held polls answer 503 hub_shutting_down, then nothing listens
     wait_until(lambda: any(line.startswith("runner disconnected: ") for line in process.lines), what="the line")
     assert "runner disconnected: hub_shutting_down" in process.lines, process.stderr
-    time.sleep(1.5)  # retries (transport errors) never stop the runner: only terminal codes do
+    # retries (transport errors) never stop the runner, only terminal codes do: it is back once the hub is
+    site.server.start()
+    process.wait_for("runner connected", count=2)
     assert process.proc.poll() is None, process.stderr
     assert process.stop() == 0, process.stderr
     assert_stopped_last(process)

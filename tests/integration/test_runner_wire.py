@@ -117,7 +117,11 @@ def test_a_connection_the_server_closed_while_idle_is_replaced_transparently(ser
     async def go() -> str:
         client = WireClient(server, max_body=1024, timeout=5)
         assert (await client.request("POST", "/echo", body=b"a")).status == 201
-        await asyncio.sleep(1.6)  # the server's keep-alive timeout (1 s) closes the idle connection
+        reader, _ = client._idle[0]
+        deadline = asyncio.get_running_loop().time() + 10
+        while not reader.at_eof():  # the server's keep-alive timeout (1 s) closes the idle connection
+            assert asyncio.get_running_loop().time() < deadline, "the server never closed the idle connection"
+            await asyncio.sleep(0.02)
         text = (await client.request("POST", "/echo", body=b"b")).text
         await client.aclose()
         return text

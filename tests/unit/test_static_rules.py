@@ -392,3 +392,50 @@ def test_loading_the_whole_runner_pulls_in_no_hub_module_pydantic_or_fastapi() -
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == ""
+
+
+# ---------------------------------------------------------------- tests wait on events, not on time
+
+TESTS = PACKAGE.parent.parent / "tests"
+MAX_FIXED_SLEEP_S = 0.5
+# A fixed sleep longer than MAX_FIXED_SLEEP_S is allowed only where a line says why with this comment: the
+# thing waited for is a real timer of a part we do not control, and nothing observable marks its end.
+SLEEP_ALLOWED = "# sleep-ok:"
+
+
+def fixed_sleeps(path: Path) -> list[tuple[int, float]]:
+    """(line, seconds) of every ``sleep(<number>)`` call in ``path`` longer than the limit and not allowed."""
+    source = path.read_text(encoding="utf-8")
+    lines = source.splitlines()
+    found = []
+    for node in ast.walk(ast.parse(source, filename=str(path))):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        seconds = node.args[0]
+        if name != "sleep" or not isinstance(seconds, ast.Constant) or not isinstance(seconds.value, int | float):
+            continue
+        if seconds.value > MAX_FIXED_SLEEP_S and SLEEP_ALLOWED not in lines[node.lineno - 1]:
+            found.append((node.lineno, float(seconds.value)))
+    return found
+
+
+def test_the_sleep_scan_finds_a_long_fixed_sleep(tmp_path: Path) -> None:
+    """Guards the scan itself: a rule that found nothing would pass vacuously."""
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import asyncio, time\n"
+        "time.sleep(3.5)\n"
+        "async def f():\n    await asyncio.sleep(2)\n"
+        "time.sleep(0.5)\n"
+        f"time.sleep(9)  {SLEEP_ALLOWED} a real timer\n"
+    )
+    assert fixed_sleeps(sample) == [(2, 3.5), (4, 2.0)]
+
+
+def test_no_test_sleeps_a_fixed_time_longer_than_half_a_second() -> None:
+    files = sorted(TESTS.rglob("*.py"))
+    assert len(files) > 20
+    offenders = [f"{path.relative_to(TESTS.parent)}:{line} sleeps {secs} s" for path in files
+                 for line, secs in fixed_sleeps(path)]  # fmt: skip
+    assert offenders == [], "wait on the event instead (or explain with '# sleep-ok:'): " + "; ".join(offenders)

@@ -25,6 +25,7 @@ from talaria.hub.runners import admin_api as runner_admin
 from talaria.hub.runners import machine_api
 from talaria.hub.runtime import routes as runtime_routes
 from talaria.hub.state import Hub, open_hub
+from talaria.hub.timings import HubTimings
 from talaria.hub.web import pages as web_pages
 from talaria.hub.web.render import STATIC_DIR, Pages
 from talaria.settings import Settings
@@ -80,7 +81,12 @@ class HubApp:
 
 
 def create_app(
-    settings: Settings, *, clock: Clock | None = None, run_reaper: bool = True, hub: Hub | None = None
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    run_reaper: bool = True,
+    hub: Hub | None = None,
+    timings: HubTimings | None = None,
 ) -> HubApp:
     """The hub app. With ``hub`` (already opened by ``talaria hub``, which reports start-up errors in
     one line) the lifespan adopts it; otherwise the lifespan opens one. Either way it closes it."""
@@ -89,7 +95,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        live = opened if opened is not None else await run_in_threadpool(open_hub, settings, clock)
+        live = opened if opened is not None else await run_in_threadpool(open_hub, settings, clock, timings)
         app.state.hub = live
         live.runners.start()
         live.dispatcher.start()

@@ -17,6 +17,7 @@ from talaria.hub.runners.hub import RunnerHub
 from talaria.hub.runners.registry import RunnerRegistry
 from talaria.hub.runners.validity import Validity
 from talaria.hub.runtime.security_events import SecurityEvents
+from talaria.hub.timings import HubTimings
 from talaria.hub.turns.driver import TurnDriver
 from talaria.hub.websession import WebSessions, load_secret_key
 from talaria.lifecycle.engine import Engine
@@ -54,8 +55,9 @@ class Hub:
         self.sessions.prune()
 
 
-def open_hub(settings: Settings, clock: Clock) -> Hub:
+def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None) -> Hub:
     """Open the store, apply pending migrations, run start-up recovery (lifecycle.md 10)."""
+    timings = timings or HubTimings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = open_store(settings)
     try:
@@ -71,13 +73,13 @@ def open_hub(settings: Settings, clock: Clock) -> Hub:
     except BaseException:
         store.close()
         raise
-    runners = RunnerHub(clock, Validity(store), observe=metrics.observe_command)
+    runners = RunnerHub(clock, Validity(store), observe=metrics.observe_command, timings=timings)
     metrics.watch_runners(runners)
     registry = RunnerRegistry(store, clock)
     channels = Channels(runners)
     dispatcher = Dispatcher(
         engine=engine, store=store, clock=clock, settings=settings, registry=registry, runners=runners,
-        driver=TurnDriver(channels, registry, clock),
+        driver=TurnDriver(channels, registry, clock, grant_renew_s=timings.grant_renew_s), timings=timings,
     )  # fmt: skip
     engine.add_listener(dispatcher.on_signal)
     hub = Hub(

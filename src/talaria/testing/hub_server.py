@@ -19,14 +19,16 @@ from talaria.clock import Clock
 from talaria.hub.app import create_app
 from talaria.hub.server import HubUvicorn, bind
 from talaria.hub.state import Hub
+from talaria.hub.timings import HubTimings
 from talaria.settings import Settings, validate
 
 T = TypeVar("T")
 
 
 class HubServer:
-    def __init__(self, data_dir: Path, clock: Clock, **settings: Any) -> None:
+    def __init__(self, data_dir: Path, clock: Clock, *, timings: HubTimings | None = None, **settings: Any) -> None:
         self.data_dir = data_dir
+        self.timings = timings
         self.clock = clock
         self.settings = Settings(data_dir=data_dir, **settings)
         validate(self.settings)
@@ -45,7 +47,7 @@ class HubServer:
         port = self._port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
         settings = dataclasses.replace(self.settings, hub_port=port, hub_public_url=self.url)
-        self._app = create_app(settings, clock=self.clock, run_reaper=False)
+        self._app = create_app(settings, clock=self.clock, run_reaper=False, timings=self.timings)
         config = uvicorn.Config(self._app, log_config=None, access_log=False, lifespan="on")
         server = HubUvicorn(config)
         self._server = server

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,7 @@ from talaria.hub.dispatch.job_turns import JobTurn, JobTurns, NextStep, next_ste
 from talaria.hub.runners.hub import RunnerHub
 from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
 from talaria.hub.runners.state import AccountRef
+from talaria.hub.timings import HubTimings
 from talaria.hub.turns.driver import TURN_TIMEOUT, TurnDriver, TurnHooks, TurnResult
 from talaria.lifecycle.actor import RUNTIME, Actor, username_of
 from talaria.lifecycle.binding import Binding
@@ -42,7 +43,6 @@ from talaria.store.interface import Store
 
 log = structlog.get_logger("talaria.dispatcher")
 
-SCAN_INTERVAL_S = 1.0
 SUMMARY_CHARS = 200
 # Codes a job fails with when it cannot finish; all are final (retryable false).
 NOT_ADMITTED = "runner_command_not_admitted"
@@ -87,7 +87,7 @@ class Dispatcher:
         registry: RunnerRegistry,
         runners: RunnerHub,
         driver: TurnDriver,
-        heartbeat_retry_s: float = 1.0,
+        timings: HubTimings | None = None,
     ) -> None:
         self.engine = engine
         self.store = store
@@ -96,7 +96,10 @@ class Dispatcher:
         self.registry = registry
         self.runners = runners
         self.driver = driver
-        self.heartbeat_retry_s = heartbeat_retry_s  # the wait before a transiently failed heartbeat is retried
+        self.timings = timings or HubTimings()
+        self.scans = 0  # completed scans (tests await a number of them)
+        # job id -> how often its turn waited for its runner before anything was submitted
+        self.pre_submit_waits: Counter[str] = Counter()
         self.turns = JobTurns(store, clock)
         self.worker_instance = f"hub-{uuid.uuid4()}"
         self.running: dict[str, asyncio.Task[None]] = {}  # job id -> its task
@@ -140,12 +143,13 @@ class Dispatcher:
     async def _loop(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), SCAN_INTERVAL_S)
+                await asyncio.wait_for(self._wake.wait(), self.timings.dispatcher_scan_s)
             self._wake.clear()
             try:
                 await self.scan()
             except Exception:  # a bad scan must not end the dispatcher
                 log.exception("dispatcher_scan_failed")
+            self.scans += 1
 
     async def scan(self) -> int:
         """Claim what can run now; returns the number of jobs started."""
@@ -312,6 +316,7 @@ class Dispatcher:
             await self._fail(lease, code, f"the dispatcher failed: {type(exc).__name__}")
         finally:
             self.cancels.pop(lease.job_id, None)
+            self.pre_submit_waits.pop(lease.job_id, None)
             if heartbeat is not None:
                 heartbeat.cancel()
 
@@ -374,7 +379,8 @@ class Dispatcher:
                     raise
                 # nothing was submitted, so nothing ran: keep the job (heartbeating) until the runner is back
                 log.info("dispatcher_waiting_for_runner", job=lease.job_id, code=exc.code)
-            await asyncio.sleep(1.0)
+                self.pre_submit_waits[lease.job_id] += 1
+            await asyncio.sleep(self.timings.pre_submit_retry_s)
             await self._until_online(record.id, cancel)
             if cancel.is_set():
                 return None
@@ -414,7 +420,7 @@ class Dispatcher:
 
     async def _until_online(self, runner_id: str, cancel: asyncio.Event) -> None:
         while runner_id not in self.runners.states and not cancel.is_set():
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(self.timings.runner_back_check_s)
 
     async def _submitted(self, lease: Lease) -> bool:
         """Whether a turn was recorded for the job (then the prompt may have reached Hermes)."""
@@ -493,7 +499,7 @@ class Dispatcher:
         self, lease: Lease, cancel: asyncio.Event, revoked: asyncio.Event, author: AccountRef, runner_id: str
     ) -> None:
         """Renew the lease and re-check the author's access every heartbeat interval. A transient failure of
-        either is retried after ``heartbeat_retry_s`` while the lease can still be renewed; a definite loss
+        either is retried after ``timings.heartbeat_retry_s`` while the lease can still be renewed; a definite loss
         (any other refusal, or the lease running out) stops the turn."""
         interval = float(self.settings.lifecycle_heartbeat_interval_s)
         ttl_ms = self.settings.lifecycle_lease_ttl_s * 1000
@@ -506,16 +512,17 @@ class Dispatcher:
                     revoked.set()
             except Exception as exc:  # a read error: the next pass checks again
                 log.warning("dispatcher_access_check_failed", job=lease.job_id, error=type(exc).__name__)
-                wait = self.heartbeat_retry_s
+                wait = self.timings.heartbeat_retry_s
             sent = self.clock.now_ms()
             try:
                 beat = await asyncio.to_thread(self._lease_call, "heartbeat", lease, progress=None)
             except Exception as exc:
                 code = exc.code if isinstance(exc, TalariaError) else type(exc).__name__
                 transient = not isinstance(exc, TalariaError) or exc.code in TRANSIENT
-                if transient and self.clock.now_ms() + self.heartbeat_retry_s * 1000 < lease.expires_ms:
+                retry_s = self.timings.heartbeat_retry_s
+                if transient and self.clock.now_ms() + retry_s * 1000 < lease.expires_ms:
                     log.warning("dispatcher_heartbeat_retry", job=lease.job_id, code=code)
-                    wait = self.heartbeat_retry_s
+                    wait = retry_s
                     continue
                 log.info("dispatcher_heartbeat_refused", job=lease.job_id, code=code)
                 lease.lost = True  # the lease ended (maximum life, expiry): stop; the reaper decides what follows

@@ -21,14 +21,18 @@ from talaria.errors import TalariaError, relayed
 from talaria.hub.runners import limits
 from talaria.hub.runners.state import AccountRef, Command, ConnState
 from talaria.hub.runners.validity import Validity
+from talaria.hub.timings import HubTimings
 
 log = structlog.get_logger("talaria.runners")
 Observer = Callable[[str, float | None], None]  # (outcome, round-trip seconds or None)
 
 
 class RunnerHub:
-    def __init__(self, clock: Clock, validity: Validity, *, observe: Observer | None = None) -> None:
+    def __init__(
+        self, clock: Clock, validity: Validity, *, observe: Observer | None = None, timings: HubTimings | None = None
+    ) -> None:
         self.clock = clock
+        self.timings = timings or HubTimings()
         self.validity = validity
         self.hub_epoch = uuid.uuid4().hex
         self.states: dict[str, ConnState] = {}
@@ -149,13 +153,13 @@ class RunnerHub:
         if len(state.queue) >= limits.MAX_PENDING_COMMANDS:
             raise TalariaError("runner_busy", "the execution node has 64 commands pending")
         now = self.clock.now_ms()
-        deadline = limits.GRANT_BIND_DEADLINE_S if kind == "grant.bind" else limits.COMMAND_DEADLINE_S
+        deadline = self.timings.grant_bind_deadline_s if kind == "grant.bind" else self.timings.command_deadline_s
         loop = asyncio.get_running_loop()
         command = Command(
             id=str(uuid.uuid4()),
             kind=kind,
             payload=payload,
-            expires_at=now + deadline * 1000,
+            expires_at=now + round(deadline * 1000),
             runner_id=runner_id,
             account=account,
             profile=profile,

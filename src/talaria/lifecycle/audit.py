@@ -145,32 +145,34 @@ def _columns_agree(row: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
 
 
 def verify(store: Store, *, batch: int = 5000) -> ChainReport:
-    """Recompute the whole chain; report the first broken link."""
+    """Recompute the whole chain; report the first broken link. Reads only; safe on a live hub.
+
+    The chain head and every page of the scan are read in one read transaction, so they come from one
+    snapshot: an event committed meanwhile is neither counted nor mistaken for a gap (it is in neither
+    the head nor the scan). Events are fetched ``batch`` at a time to bound memory, not to let go of
+    the snapshot between pages.
+    """
     prev, expected_seq, count = GENESIS, 1, 0
     after = 0
-    while True:
-        with store.read() as tx:
-            rows = tx.all("audit_scan", after_seq=after, limit=batch)
-        if not rows:
-            break
-        for row in rows:
-            seq = int(row["seq"])
-            if seq != expected_seq:
-                return ChainReport(False, count, prev, expected_seq, "seq_gap")
-            if row["prev_hash"] != prev:
-                return ChainReport(False, count, prev, seq, "prev_hash_mismatch")
-            body = row["body"]
-            if sha256_hex(prev + "\n" + body) != row["hash"]:
-                return ChainReport(False, count, prev, seq, "hash_mismatch")
-            try:
-                event = json.loads(body)
-            except ValueError:
-                return ChainReport(False, count, prev, seq, "hash_mismatch")
-            if not _columns_agree(row, event):
-                return ChainReport(False, count, prev, seq, "hash_mismatch")
-            prev, expected_seq, count, after = row["hash"], seq + 1, count + 1, seq
     with store.read() as tx:
         head = tx.one("audit_head_get")
+        while rows := tx.all("audit_scan", after_seq=after, limit=batch):
+            for row in rows:
+                seq = int(row["seq"])
+                if seq != expected_seq:
+                    return ChainReport(False, count, prev, expected_seq, "seq_gap")
+                if row["prev_hash"] != prev:
+                    return ChainReport(False, count, prev, seq, "prev_hash_mismatch")
+                body = row["body"]
+                if sha256_hex(prev + "\n" + body) != row["hash"]:
+                    return ChainReport(False, count, prev, seq, "hash_mismatch")
+                try:
+                    event = json.loads(body)
+                except ValueError:
+                    return ChainReport(False, count, prev, seq, "hash_mismatch")
+                if not _columns_agree(row, event):
+                    return ChainReport(False, count, prev, seq, "hash_mismatch")
+                prev, expected_seq, count, after = row["hash"], seq + 1, count + 1, seq
     if head is not None and (int(head["seq"]) != count or head["hash"] != prev):
         return ChainReport(False, count, prev, count + 1, "seq_gap")
     return ChainReport(True, count, prev)

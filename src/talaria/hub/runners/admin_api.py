@@ -15,18 +15,42 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
+from starlette.routing import Match
+from starlette.types import Scope
 
 from talaria.canonical import canonical_json
 from talaria.errors import TalariaError
 from talaria.hub.deps import AdminDep, HubDep
 from talaria.hub.runners import hermes_probe
+from talaria.hub.runners.machine_api import UUID
 from talaria.hub.runners.registry import RunnerRecord, parse_registration
 from talaria.hub.runners.state import AccountRef
 from talaria.hub.state import Hub
 from talaria.hub.turns.driver import TurnDriver
 from talaria.hub.websession import WebRoute
 
-router = APIRouter(prefix="/api/admin/runners", tags=["runners"], route_class=WebRoute)
+
+class RunnerRoute(WebRoute):
+    """A web route whose ``{runner_id}``, when not a lower-case UUID, names no runner and so no route: a
+    wrong method there answers 404 ``not_found`` like an unknown path, not 405 (as on the machine API,
+    runner-protocol.md 4). The route's own method still reaches the handler, which checks the session
+    first and then answers 404 (``_known``)."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)
+        params = child.get("path_params", {})
+        if match is Match.PARTIAL and "runner_id" in params and not UUID.match(str(params["runner_id"])):
+            return Match.NONE, {}
+        return match, child
+
+
+router = APIRouter(prefix="/api/admin/runners", tags=["runners"], route_class=RunnerRoute)
+
+
+def _known(runner_id: str) -> None:
+    """404 for an id that cannot name a runner, before any store read or body check."""
+    if not UUID.match(runner_id):
+        raise TalariaError("not_found", "no such runner")
 
 
 def summary(hub: Hub, record: RunnerRecord) -> dict[str, Any]:
@@ -58,6 +82,7 @@ async def register_runner(request: Request, admin: AdminDep, hub: HubDep) -> Res
 
 @router.delete("/{runner_id}")
 async def disable_runner(runner_id: str, admin: AdminDep, hub: HubDep) -> Response:
+    _known(runner_id)
     if not await run_in_threadpool(hub.registry.disable, runner_id, admin.account.tenant):
         raise TalariaError("not_found", "no such runner")
     hub.runners.disconnect(runner_id, "disabled")
@@ -67,6 +92,7 @@ async def disable_runner(runner_id: str, admin: AdminDep, hub: HubDep) -> Respon
 @router.get("/{runner_id}/hermes")
 async def runner_hermes(runner_id: str, admin: AdminDep, hub: HubDep, profile: str = "default") -> Response:
     """The node's Hermes version and team-tool readiness, asked through the runner as this admin."""
+    _known(runner_id)
     record = await run_in_threadpool(hub.registry.get, runner_id)
     if record is None or record.tenant != admin.account.tenant:
         raise TalariaError("not_found", "no such runner")
@@ -106,6 +132,7 @@ async def runner_test_turn(runner_id: str, request: Request, admin: AdminDep, hu
     """One diagnostic Hermes turn on the node as this admin, streamed as server-sent events: ``event``
     for each Hermes event of the session, then ``done`` with ``{status, text, marker}`` or ``error`` with
     the canonical error body. The work id is ``test-turn:<uuid>``."""
+    _known(runner_id)
     prompt, profile, tools = _test_turn_body(await request.body())
     record = await run_in_threadpool(hub.registry.get, runner_id)
     if record is None or record.tenant != admin.account.tenant:

@@ -1,8 +1,9 @@
 """The runner machine API, protocol v1 (runner-protocol.md 4): ``/api/runner/v1/{runnerId}/{op}``.
 
-Gate order: route and method (framework 404/405); then 1 Origin/record/bearer, 2 instance and protocol
-headers, 3-8 the connection state (``RunnerHub.enter``), 9 body size and shape. Every answer carries
-``Cache-Control: no-store``. Browser rules (session, CSRF) do not apply here: the bearer token does.
+Gate order: route (404 for an unknown op or a runner id that is not a lower-case UUID), then method (405);
+then 1 Origin/record/bearer, 2 instance and protocol headers, 3-8 the connection state (``RunnerHub.enter``),
+9 body size and shape. Every answer carries ``Cache-Control: no-store``. Browser rules (session, CSRF) do not
+apply here: the bearer token does.
 """
 
 from __future__ import annotations
@@ -114,9 +115,7 @@ def _gate_record(hub: Hub, runner_id: str, headers: dict[str, str]) -> None:
 
 
 async def _handle(hub: Hub, headers: dict[str, str], receive: Receive, runner_id: str, op: str) -> Any:
-    """The answer's value for one request; refusals raise ``TalariaError``."""
-    if not UUID.match(runner_id):
-        raise TalariaError("not_found", "not found")
+    """The answer's value for one request (route and method already matched); refusals raise ``TalariaError``."""
     # Store reads here are primary-key lookups done on the loop: the connection state and its futures
     # belong to the event loop and must not be touched from worker threads.
     _gate_record(hub, runner_id, headers)
@@ -183,7 +182,8 @@ async def serve(hub: Hub, scope: Scope, receive: Receive, send: Send) -> None:
 
     try:
         try:
-            if len(parts) != 2 or parts[1] not in _METHOD or not parts[0]:
+            # A path whose runner id is not a UUID names no route, so it is 404 whatever the method.
+            if len(parts) != 2 or parts[1] not in _METHOD or not UUID.match(parts[0]):
                 raise TalariaError("not_found", "not found")
             if scope["method"] != _METHOD[parts[1]]:
                 raise TalariaError("method_not_allowed", "method not allowed", headers={"Allow": _METHOD[parts[1]]})

@@ -35,8 +35,8 @@ from typing import Any
 import httpx
 
 from talaria.clock import SystemClock
+from talaria.hub.runners.connection_state import AccountRef
 from talaria.hub.runners.registry import RunnerRegistry, parse_registration
-from talaria.hub.runners.state import AccountRef
 from talaria.logs import configure_logging
 from talaria.testing.hub_server import HubServer
 

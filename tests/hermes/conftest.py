@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from talaria.clock import SystemClock
+from talaria.hub.runners.connection_state import AccountRef
 from talaria.hub.runners.registry import parse_registration
-from talaria.hub.runners.state import AccountRef
 from talaria.hub.timings import HubTimings
 from talaria.hub.turns.driver import TurnDriver
 from talaria.testing.hub_server import HubServer

@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from talaria.hub.runners.state import Gateway, Grant
+from talaria.hub.runners.connection_state import Gateway, Grant
 from talaria.hub.turns import team_tools
 from tests.hermes.conftest import Node
 

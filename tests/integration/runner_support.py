@@ -26,7 +26,7 @@ import httpx
 
 from talaria.canonical import canonical_json
 from talaria.errors import TalariaError
-from talaria.hub.runners.state import Command
+from talaria.hub.runners.connection_state import Command
 from talaria.testing.hub_server import HubServer
 from tests.conftest import add_account, login
 from tests.integration.test_web_api import assert_error

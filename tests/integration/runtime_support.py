@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from talaria.hub.views import dispatch_json
+from talaria.hub.api.views import dispatch_json
 from talaria.lifecycle.actor import Actor
 from talaria.testing.hub_server import HubServer
 from talaria.testing.runtime_client import RuntimeClient

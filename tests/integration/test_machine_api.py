@@ -20,7 +20,8 @@ import pytest
 from talaria.clock import ManualClock
 from talaria.errors import TalariaError
 from talaria.hub.runners import limits
-from talaria.hub.runners.state import AccountRef
+from talaria.hub.runners.connection_state import AccountRef
+from talaria.hub.timings import HubTimings
 from talaria.testing.hub_server import HubServer
 from tests.conftest import PASSWORD, add_account, login
 from tests.integration.runner_support import (
@@ -696,7 +697,7 @@ def test_a_command_fails_at_its_deadline_offline_if_never_delivered_uncertain_if
     node: Node, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The 30 s deadline runs on a real-time timer; this test shortens it to 1 s (expiresAt follows)."""
-    monkeypatch.setattr(limits, "COMMAND_DEADLINE_S", 1)
+    monkeypatch.setattr(node.server.hub.runners, "timings", HubTimings(command_deadline_s=1))
     machine = connected(node)
     delivered = send(node.server, node.id)
     [command] = assert_machine_ok(machine.poll())["commands"]

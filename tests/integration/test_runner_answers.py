@@ -23,7 +23,7 @@ import pytest
 
 from talaria.clock import SystemClock
 from talaria.errors import TalariaError
-from talaria.hub.runners.state import AccountRef, Gateway
+from talaria.hub.runners.connection_state import AccountRef, Gateway
 from talaria.testing.hermes_fixture import HermesFixture
 from talaria.testing.hub_server import HubServer
 from tests.conftest import add_account

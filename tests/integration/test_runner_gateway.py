@@ -27,16 +27,16 @@ from talaria.clock import SystemClock
 from talaria.errors import TalariaError
 from talaria.hermes.auth import HermesUnavailable
 from talaria.hermes.ws import AuthRefused, ChannelClosed, HermesChannel, RpcError, RpcTimeout
+from talaria.hub.runners.connection_state import AccountRef, Gateway
 from talaria.hub.runners.registry import parse_registration
-from talaria.hub.runners.state import AccountRef, Gateway
 from talaria.runner import gateway as gateway_module
 from talaria.runner.agent import Agent
 from talaria.runner.config import RunnerConfig, parse_config
 from talaria.runner.hub_client import Wire, hub_wire
 from talaria.runner.receipts import Receipts
-from talaria.runner.wire import WireReply
 from talaria.testing.hermes_fixture import HermesFixture
 from talaria.testing.hub_server import HubServer
+from talaria.wire import WireReply
 from tests.conftest import add_account
 
 T = TypeVar("T")

@@ -26,8 +26,8 @@ from websockets.sync.client import ClientConnection, connect
 from talaria.clock import ManualClock, SystemClock
 from talaria.errors import TalariaError
 from talaria.hermes.rest import HermesRest
+from talaria.hub.runners.connection_state import AccountRef, Grant
 from talaria.hub.runners.registry import parse_registration
-from talaria.hub.runners.state import AccountRef, Grant
 from talaria.runner.config import RunnerConfig, parse_config
 from talaria.runner.errors import CommandError
 from talaria.runner.executor import Executor

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from talaria.runner.wire import WireClient, WireError
+from talaria.wire import WireClient, WireError
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:

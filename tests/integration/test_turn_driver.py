@@ -15,7 +15,7 @@ import pytest
 
 from talaria.clock import ManualClock, SystemClock
 from talaria.errors import TalariaError
-from talaria.hub.runners.state import AccountRef
+from talaria.hub.runners.connection_state import AccountRef
 from talaria.hub.turns.driver import TurnDriver, TurnResult
 from talaria.testing.hermes_fixture import HermesFixture
 from talaria.testing.hub_server import HubServer

@@ -3,7 +3,7 @@ user row before the next user row."""
 
 from __future__ import annotations
 
-from talaria.hub.dispatch.recovery import reply_after_marker
+from talaria.hub.dispatch.turn_recovery import reply_after_marker
 
 M1, M2 = "[talaria-run:r:job-1]", "[talaria-run:r:job-2]"
 

@@ -16,7 +16,7 @@ from talaria.hub.dispatch.job_turns import (
     next_step,
     next_turn_state,
 )
-from talaria.hub.dispatch.recovery import holds_marker
+from talaria.hub.dispatch.turn_recovery import holds_marker
 
 
 def test_the_table_allows_only_forward_moves() -> None:

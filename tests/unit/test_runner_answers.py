@@ -22,7 +22,7 @@ from talaria.runner.errors import CommandError
 from talaria.runner.executor import Executor
 from talaria.runner.hub_client import HubClient, HubError, Identity
 from talaria.runner.receipts import UNCERTAIN_MESSAGE, Receipts, ReceiptsError
-from talaria.runner.wire import WireReply
+from talaria.wire import WireReply
 
 UNREPRESENTABLE = "runner_reply_unrepresentable"
 EPOCH = "epoch-1"

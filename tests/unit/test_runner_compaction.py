@@ -22,7 +22,7 @@ from talaria.runner.agent import Agent
 from talaria.runner.compaction import Compactor
 from talaria.runner.config import parse_config
 from talaria.runner.receipts import Compacted, Receipts, ReceiptsError, Stored, Uncertain
-from talaria.runner.wire import WireReply
+from talaria.wire import WireReply
 
 HOUR = 3600.0
 DAY = 24 * HOUR

@@ -14,17 +14,14 @@ from typing import Any
 import pytest
 
 import talaria.runner
-from talaria.runner.config import (
+from talaria.runner.config import HermesCredentials, RunnerConfig, load_config, parse_config
+from talaria.runner_json import (
     DEFAULT_HERMES_URL,
     ConfigError,
-    HermesCredentials,
-    RunnerConfig,
     check_allowed_profiles,
     check_artifact_roots,
     check_hermes_url,
     check_server_url,
-    load_config,
-    parse_config,
 )
 
 TOKEN = "Zq3vT9xYk2LmN8pR4sW6uA0bC5dE7fG1hJ_-oIaQwEr"  # 43 characters, like a hub-made token
@@ -501,7 +498,7 @@ def test_field_errors_pass_through_load_config(tmp_path: Path) -> None:
 
 RUNNER = Path(talaria.runner.__file__).resolve().parent
 MINE = ("__init__.py", "config.py", "state_dir.py", "receipts.py", "limits.py")
-ALLOWED_TALARIA = {"talaria.clock", "talaria.canonical", "talaria.limits"}
+ALLOWED_TALARIA = {"talaria.clock", "talaria.canonical", "talaria.limits", "talaria.runner_json"}
 
 
 @pytest.mark.parametrize("name", MINE)

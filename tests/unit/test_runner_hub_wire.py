@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from talaria.runner.hub_client import ProxiedWire, hub_wire, uses_proxy
-from talaria.runner.wire import WireClient
+from talaria.wire import WireClient
 
 RUNNER = "0b5e7f1c-3d2a-4c6b-9e8f-1a2b3c4d5e6f"
 

@@ -354,7 +354,9 @@ def test_store_unavailable_is_503_with_retry_after() -> None:
 
 RUNNER_PACKAGES = ("runner", "hermes")
 RUNNER_THIRD_PARTY = frozenset({"httpx", "websockets"})
-RUNNER_TALARIA = ("talaria.clock", "talaria.canonical", "talaria.runner", "talaria.hermes")
+RUNNER_TALARIA = (
+    "talaria.clock", "talaria.canonical", "talaria.runner", "talaria.hermes", "talaria.wire", "talaria.runner_json",
+)  # fmt: skip
 
 
 def test_the_runner_imports_only_the_standard_library_httpx_websockets_and_its_own_modules() -> None:
@@ -392,6 +394,88 @@ def test_loading_the_whole_runner_pulls_in_no_hub_module_pydantic_or_fastapi() -
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == ""
+
+
+# --- no package cycles; who may import whom (issue 11) -------------------------------------------------------------
+
+# package -> packages it must never import (prefixes of module names)
+IMPORT_RULES: dict[str, tuple[str, ...]] = {
+    "talaria.hermes": ("talaria.runner",),
+    "talaria.hub": (
+        "talaria.runner",
+    ),  # the runner daemon; the shared talaria.wire and talaria.runner_json are neutral
+    "talaria.runner": ("talaria.hub", "talaria.lifecycle", "talaria.store", "talaria.accounts"),
+    "talaria.lifecycle": ("talaria.hub", "talaria.runner"),
+    "talaria.store": ("talaria.hub", "talaria.lifecycle", "talaria.runner", "talaria.accounts"),
+    "talaria.accounts": ("talaria.hub", "talaria.lifecycle", "talaria.runner"),
+}
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every talaria module ``path`` imports, at module level or inside a function."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in found if name == "talaria" or name.startswith("talaria.")}
+
+
+def module_of(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_of(module: str) -> str:
+    """``talaria.hub.runners.channels`` -> ``talaria.hub``; a top module is its own package."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_the_import_scan_sees_the_hub_import_the_lifecycle() -> None:
+    assert "talaria.lifecycle.engine" in imports_of(PACKAGE / "hub" / "resources.py")
+
+
+def test_no_package_imports_what_its_rules_forbid() -> None:
+    broken = []
+    for path in python_files():
+        module = module_of(path)
+        for package, forbidden in IMPORT_RULES.items():
+            if module == package or module.startswith(package + "."):
+                broken += [f"{module} imports {name}" for name in sorted(imports_of(path))
+                           if any(name == f or name.startswith(f + ".") for f in forbidden)]  # fmt: skip
+    assert broken == []
+
+
+def test_talaria_s_packages_import_each_other_without_cycles() -> None:
+    graph: dict[str, set[str]] = {}
+    for path in python_files():
+        if path.parent == PACKAGE and path.name == "cli.py":  # the entry point imports every door on purpose
+            continue
+        mine = package_of(module_of(path))
+        others = {package_of(name) for name in imports_of(path)} - {mine, "talaria"}
+        graph.setdefault(mine, set()).update(others)
+    assert {"talaria.hub", "talaria.lifecycle", "talaria.store", "talaria.runner"} <= set(graph)
+    cycles = []
+
+    def visit(node: str, trail: list[str]) -> None:
+        if node in trail:
+            cycles.append(" -> ".join([*trail[trail.index(node) :], node]))
+            return
+        for nxt in sorted(graph.get(node, ())):
+            visit(nxt, [*trail, node])
+
+    for start in sorted(graph):
+        visit(start, [])
+    assert cycles == [], sorted(set(cycles))
+
+
+def test_no_two_modules_of_one_package_share_a_name() -> None:
+    """``hub/state.py`` beside ``hub/runners/state.py`` made a reader guess which one was meant."""
+    for package in ("hub", "lifecycle", "runner", "store", "accounts", "hermes"):
+        names = [path.name for path in python_files(PACKAGE / package) if path.name != "__init__.py"]
+        assert sorted({n for n in names if names.count(n) > 1}) == [], package
 
 
 # ---------------------------------------------------------------- tests wait on events, not on time

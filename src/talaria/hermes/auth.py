@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from talaria.clock import Clock
-from talaria.runner.wire import WireClient, WireError, WireReply
+from talaria.wire import WireClient, WireError, WireReply
 
 REUSE_MS = 30_000
 _PAGE_TOKEN = re.compile(r'window\.__HERMES_SESSION_TOKEN__\s*=\s*"([^"]+)"')

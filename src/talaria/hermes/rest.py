@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from talaria.clock import Clock
 from talaria.hermes.auth import HermesAuth, HermesUnavailable
-from talaria.runner.wire import WireClient, WireError
+from talaria.wire import WireClient, WireError
 
 # Hermes answers the runner reads whole (REST replies are capped at 8 MiB by the callers; a file export
 # is capped the same way): the transport refuses anything larger outright.

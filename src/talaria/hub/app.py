@@ -6,7 +6,6 @@ sweeps by ``hub.engine.expire_due()``. Start-up recovery always runs.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -15,51 +14,27 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import State
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from talaria import __version__
 from talaria.clock import Clock, SystemClock
-from talaria.hub import api_accounts, api_auth, api_jobs, api_sources, api_tasks, errors, ops
-from talaria.hub.body_limit import BodyLimit
-from talaria.hub.runners import admin_api as runner_admin
+from talaria.hub import errors, ops
+from talaria.hub.api import accounts as api_accounts
+from talaria.hub.api import auth as api_auth
+from talaria.hub.api import jobs as api_jobs
+from talaria.hub.api import runner_admin
+from talaria.hub.api import sources as api_sources
+from talaria.hub.api import tasks as api_tasks
+from talaria.hub.middleware import AccessLog, BodyLimit
+from talaria.hub.resources import Hub, open_hub
 from talaria.hub.runners import machine_api
 from talaria.hub.runtime import routes as runtime_routes
-from talaria.hub.state import Hub, open_hub
 from talaria.hub.timings import HubTimings
 from talaria.hub.web import pages as web_pages
 from talaria.hub.web.render import STATIC_DIR, Pages
 from talaria.settings import Settings
 
 log = structlog.get_logger("talaria.hub")
-
-
-class AccessLog:
-    """One structured log line and one metric sample per request (no query strings, no bodies)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def capture(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, capture)
-        finally:
-            elapsed = time.perf_counter() - started
-            hub: Hub | None = getattr(scope["app"].state, "hub", None) if "app" in scope else None
-            if hub is not None:
-                hub.metrics.observe_request(scope["path"], status, elapsed)
-            log.info("request", method=scope["method"], path=scope["path"], status=status, ms=round(elapsed * 1000, 1))
 
 
 class HubApp:

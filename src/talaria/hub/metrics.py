@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 if TYPE_CHECKING:
-    from talaria.hub.runners.hub import RunnerHub
+    from talaria.hub.runners.connections import RunnerHub
 
 
 class HubMetrics:

@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from talaria.errors import TalariaError
-from talaria.hub.deps import HubDep
+from talaria.hub.api.deps import HubDep
 from talaria.hub.runtime.identity import is_loopback
 
 router = APIRouter(tags=["operations"])

@@ -14,7 +14,7 @@ import uvicorn
 from talaria.clock import Clock, SystemClock
 from talaria.errors import SettingsError, TalariaError
 from talaria.hub.app import create_app
-from talaria.hub.state import open_hub
+from talaria.hub.resources import open_hub
 from talaria.lifecycle.recovery import RecoveryError
 from talaria.settings import Settings
 

@@ -28,13 +28,14 @@ from typing import Any, Final, Protocol
 from talaria.clock import Clock
 from talaria.hermes.rest import HermesRest
 from talaria.runner import grant_plugin as plugin
-from talaria.runner.config import UUID_RE, RunnerConfig
+from talaria.runner.config import RunnerConfig
 from talaria.runner.errors import CommandError
 from talaria.runner.executor import Handler
 from talaria.runner.grant_listener import ToolListener
 from talaria.runner.grant_payload import expired, forbidden, parse_bind, parse_close, parse_create
 from talaria.runner.grant_tools import ToolCalls, ToolError
 from talaria.runner.hub_client import HubClient, HubError
+from talaria.runner_json import UUID_RE
 
 MAX_GRANTS: Final = 64  # open (or opening) grants per runner -> runner_busy
 GRANT_LIFETIME_MS: Final = 30 * 60 * 1000  # after creation or the last successful bind -> disposed

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from talaria.runner.wire import WireClient, WireError, WireReply
+from talaria.wire import WireClient, WireError, WireReply
 
 REQUEST_TIMEOUT_S = 25.0
 MAX_RESPONSE_BYTES = 40 * 1024 * 1024

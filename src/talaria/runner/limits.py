@@ -12,9 +12,7 @@ from typing import Final
 CONFIG_PROTOCOL: Final = 1
 TOKEN_MIN_CHARS: Final = 32
 TOKEN_MAX_CHARS: Final = 4096
-MAX_ALLOWED_PROFILES: Final = 256  # counted after duplicates are removed
-MAX_PROFILE_CHARS: Final = 256
-MAX_ARTIFACT_ROOTS: Final = 64
+# (the field limits of allowedProfiles and artifactRoots are the schema's: talaria.runner_json)
 # Not in the protocol: a runner.json larger than this is refused before parsing (the largest valid
 # file, 256 profiles of 256 characters and 64 long roots, is far below it) -> ConfigError, exit 2
 MAX_CONFIG_FILE_BYTES: Final = 1024 * 1024

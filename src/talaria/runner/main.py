@@ -11,9 +11,10 @@ from pathlib import Path
 
 from talaria.clock import SystemClock
 from talaria.runner.agent import Agent
-from talaria.runner.config import ConfigError, load_config
+from talaria.runner.config import load_config
 from talaria.runner.receipts import Receipts, ReceiptsError
 from talaria.runner.state_dir import StateDir, StateDirError
+from talaria.runner_json import ConfigError
 
 
 def run_runner(config_path: Path) -> int:

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
-from talaria.runner.config import UUID_RE
+from talaria.runner_json import UUID_RE
 
 LOCK_NAME: Final = "runner.lock"
 RECEIPTS_NAME: Final = "runner-commands.sqlite3"

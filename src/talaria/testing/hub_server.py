@@ -17,8 +17,8 @@ import uvicorn
 
 from talaria.clock import Clock
 from talaria.hub.app import create_app
+from talaria.hub.resources import Hub
 from talaria.hub.server import HubUvicorn, bind
-from talaria.hub.state import Hub
 from talaria.hub.timings import HubTimings
 from talaria.settings import Settings, validate
 

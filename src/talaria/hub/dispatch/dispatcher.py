@@ -27,11 +27,11 @@ import structlog
 from talaria.canonical import digest, sha256_hex
 from talaria.clock import Clock
 from talaria.errors import TalariaError
-from talaria.hub.dispatch import recovery
+from talaria.hub.dispatch import turn_recovery
 from talaria.hub.dispatch.job_turns import JobTurn, JobTurns, NextStep, next_step
-from talaria.hub.runners.hub import RunnerHub
+from talaria.hub.runners.connection_state import AccountRef
+from talaria.hub.runners.connections import RunnerHub
 from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
-from talaria.hub.runners.state import AccountRef
 from talaria.hub.timings import HubTimings
 from talaria.hub.turns.driver import TURN_TIMEOUT, TurnDriver, TurnHooks, TurnResult
 from talaria.lifecycle.actor import RUNTIME, Actor, username_of
@@ -394,10 +394,10 @@ class Dispatcher:
         if cancel.is_set():
             return None
         try:
-            result = await recovery.recover(
+            result = await turn_recovery.recover(
                 self.driver.channels, author, turn, clock=self.clock, deadline_ms=self._deadline_ms(lease)
             )
-        except recovery.Unrecoverable as exc:
+        except turn_recovery.Unrecoverable as exc:
             raise JobFailed(UNCERTAIN, str(exc)) from None
         except TalariaError as exc:
             if exc.code != TURN_TIMEOUT:

@@ -10,8 +10,8 @@ from typing import Any
 from talaria.canonical import canonical_json, sha256_hex
 from talaria.errors import TalariaError
 from talaria.hub.runners import limits
-from talaria.hub.runners.hub import RunnerHub
-from talaria.hub.runners.state import AccountRef, Command, ConnState, Gateway, Grant, ToolExecutor
+from talaria.hub.runners.connection_state import AccountRef, Command, ConnState, Gateway, Grant, ToolExecutor
+from talaria.hub.runners.connections import RunnerHub
 
 CREATES_SESSION = frozenset({"session.create", "session.resume"})
 CLEANUP_METHODS = frozenset({"session.resume", "session.interrupt", "session.close", "session.active_list"})

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from talaria.hub.runners.channels import Channels
-from talaria.hub.runners.state import AccountRef
+from talaria.hub.runners.connection_state import AccountRef
 
 CAPABILITIES = "/api/plugins/talaria/capabilities"
 

@@ -18,10 +18,10 @@ from starlette.types import Message, Receive, Scope, Send
 
 from talaria.canonical import canonical_json
 from talaria.errors import TalariaError
-from talaria.hub.body_limit import drain
 from talaria.hub.errors import error_response
+from talaria.hub.middleware import drain
+from talaria.hub.resources import Hub
 from talaria.hub.runners import limits
-from talaria.hub.state import Hub
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 log = structlog.get_logger("talaria.hub")

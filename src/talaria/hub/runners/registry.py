@@ -17,7 +17,8 @@ from typing import Any
 from talaria.canonical import sha256_hex
 from talaria.clock import Clock
 from talaria.errors import TalariaError
-from talaria.runner.config import (
+from talaria.runner_json import (
+    DEFAULT_HERMES_URL,
     ConfigError,
     check_allowed_profiles,
     check_artifact_roots,
@@ -27,7 +28,6 @@ from talaria.runner.config import (
 from talaria.store.interface import Row, Store
 
 SOURCE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-DEFAULT_HERMES_URL = "http://127.0.0.1:9119"
 _FIELDS = ("name", "source", "allowedProfiles", "serverURL", "hermesURL", "artifactRoots", "allowInsecureLan")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from talaria.hub.runners.state import AccountRef
+from talaria.hub.runners.connection_state import AccountRef
 from talaria.store.interface import Store
 
 

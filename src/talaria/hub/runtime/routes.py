@@ -18,12 +18,12 @@ from starlette.responses import Response
 
 from talaria.canonical import digest, sha256_hex
 from talaria.errors import TalariaError
-from talaria.hub.body_limit import DRAIN_LIMIT
 from talaria.hub.errors import error_response
+from talaria.hub.middleware import DRAIN_LIMIT
+from talaria.hub.resources import Hub
 from talaria.hub.runtime import bodies
 from talaria.hub.runtime.identity import ProxyIdentity, is_loopback, verify
 from talaria.hub.runtime.security_events import Rejection
-from talaria.hub.state import Hub
 from talaria.lifecycle.actor import PLATFORM_ADMIN, RUNTIME, Actor
 from talaria.lifecycle.binding import FIELDS, check_identity
 from talaria.lifecycle.context import IdemRequest, OpResult

@@ -23,8 +23,8 @@ from talaria.clock import Clock
 from talaria.errors import TalariaError
 from talaria.hub.runners import hermes_probe
 from talaria.hub.runners.channels import Channels
+from talaria.hub.runners.connection_state import AccountRef, Gateway, Grant
 from talaria.hub.runners.registry import RunnerRegistry
-from talaria.hub.runners.state import AccountRef, Gateway, Grant
 from talaria.hub.turns import team_tools
 
 log = structlog.get_logger("talaria.turns")

@@ -20,14 +20,17 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import RedirectResponse, Response
 
 from talaria.errors import TalariaError
-from talaria.hub import api_accounts, api_jobs, api_sources, api_tasks
+from talaria.hub.api import accounts as api_accounts
+from talaria.hub.api import jobs as api_jobs
+from talaria.hub.api import sources as api_sources
+from talaria.hub.api import tasks as api_tasks
+from talaria.hub.api.runner_admin import summary
+from talaria.hub.api.websession import COOKIE, WebUser
 from talaria.hub.errors import error_response
-from talaria.hub.runners.admin_api import summary
-from talaria.hub.runners.registry import DEFAULT_HERMES_URL
-from talaria.hub.state import Hub
+from talaria.hub.resources import Hub
 from talaria.hub.web.render import Pages
-from talaria.hub.websession import COOKIE, WebUser
 from talaria.lifecycle.machine import TASK_FINAL, TERMINAL, JobState, TaskState
+from talaria.runner_json import DEFAULT_HERMES_URL
 
 router = APIRouter(include_in_schema=False)
 

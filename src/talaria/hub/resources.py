@@ -9,17 +9,17 @@ import structlog
 from talaria.accounts.service import Accounts
 from talaria.accounts.throttle import LoginThrottle
 from talaria.clock import Clock
+from talaria.hub.api.websession import WebSessions, load_secret_key
 from talaria.hub.dispatch.dispatcher import Dispatcher
 from talaria.hub.metrics import HubMetrics
 from talaria.hub.reaper import Reaper
 from talaria.hub.runners.channels import Channels
-from talaria.hub.runners.hub import RunnerHub
+from talaria.hub.runners.connections import RunnerHub
 from talaria.hub.runners.registry import RunnerRegistry
 from talaria.hub.runners.validity import Validity
 from talaria.hub.runtime.security_events import SecurityEvents
 from talaria.hub.timings import HubTimings
 from talaria.hub.turns.driver import TurnDriver
-from talaria.hub.websession import WebSessions, load_secret_key
 from talaria.lifecycle.engine import Engine
 from talaria.lifecycle.recovery import RecoveryReport
 from talaria.settings import Settings

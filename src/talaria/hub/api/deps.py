@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 from pydantic import BaseModel, ConfigDict
 
-from talaria.hub.state import Hub
-from talaria.hub.websession import WebUser, web_user
+from talaria.hub.api.websession import WebUser, web_user
+from talaria.hub.resources import Hub
 
 
 def get_hub(request: Request) -> Hub:

@@ -19,7 +19,7 @@ from talaria.canonical import canonical_json
 from talaria.clock import Clock
 from talaria.errors import TalariaError, relayed
 from talaria.hub.runners import limits
-from talaria.hub.runners.state import AccountRef, Command, ConnState
+from talaria.hub.runners.connection_state import AccountRef, Command, ConnState
 from talaria.hub.runners.validity import Validity
 from talaria.hub.timings import HubTimings
 

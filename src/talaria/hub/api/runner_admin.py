@@ -20,14 +20,14 @@ from starlette.types import Scope
 
 from talaria.canonical import canonical_json
 from talaria.errors import TalariaError
-from talaria.hub.deps import AdminDep, HubDep
+from talaria.hub.api.deps import AdminDep, HubDep
+from talaria.hub.api.websession import WebRoute
+from talaria.hub.resources import Hub
 from talaria.hub.runners import hermes_probe
+from talaria.hub.runners.connection_state import AccountRef
 from talaria.hub.runners.machine_api import UUID
 from talaria.hub.runners.registry import RunnerRecord, parse_registration
-from talaria.hub.runners.state import AccountRef
-from talaria.hub.state import Hub
 from talaria.hub.turns.driver import TurnDriver
-from talaria.hub.websession import WebRoute
 
 
 class RunnerRoute(WebRoute):

@@ -21,7 +21,7 @@ from talaria.clock import Clock
 from talaria.errors import TalariaError
 from talaria.hub.dispatch.job_turns import JobTurn
 from talaria.hub.runners.channels import Channels
-from talaria.hub.runners.state import AccountRef, Gateway
+from talaria.hub.runners.connection_state import AccountRef, Gateway
 from talaria.hub.turns.driver import DEADLINE_CHECK_S, TURN_TIMEOUT, TurnResult
 
 PAGE = 500

@@ -10,8 +10,8 @@ from starlette.concurrency import run_in_threadpool
 
 from talaria.accounts.passwords import verify_password
 from talaria.errors import TalariaError
-from talaria.hub.deps import HubDep, StrictBody, UserDep
-from talaria.hub.websession import COOKIE, WebRoute
+from talaria.hub.api.deps import HubDep, StrictBody, UserDep
+from talaria.hub.api.websession import COOKIE, WebRoute
 from talaria.limits import LOGIN_MAX_FAILURES, MAX_PASSWORD_CHARS, SESSION_MAX_S
 
 router = APIRouter(prefix="/api/auth", tags=["auth"], route_class=WebRoute)

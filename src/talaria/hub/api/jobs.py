@@ -9,12 +9,12 @@ from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
 from talaria.errors import TalariaError
-from talaria.hub.deps import AdminDep, HubDep, StrictBody, UserDep
-from talaria.hub.state import Hub
-from talaria.hub.views import audit_json, decode_cursor, encode_cursor, job_json, page_limit
-from talaria.hub.visibility import visible_job, visible_task
-from talaria.hub.waiting import waiting_reason
-from talaria.hub.websession import WebRoute
+from talaria.hub.api.deps import AdminDep, HubDep, StrictBody, UserDep
+from talaria.hub.api.views import audit_json, decode_cursor, encode_cursor, job_json, page_limit
+from talaria.hub.api.visibility import visible_job, visible_task
+from talaria.hub.api.waiting import waiting_reason
+from talaria.hub.api.websession import WebRoute
+from talaria.hub.resources import Hub
 from talaria.lifecycle.binding import persisted_binding
 from talaria.lifecycle.machine import JobState
 from talaria.lifecycle.reads import result_payload

@@ -10,10 +10,10 @@ from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from talaria.errors import TalariaError
-from talaria.hub.deps import HubDep, UserDep
-from talaria.hub.runners.admin_api import summary
-from talaria.hub.runners.state import AccountRef
-from talaria.hub.websession import WebRoute
+from talaria.hub.api.deps import HubDep, UserDep
+from talaria.hub.api.runner_admin import summary
+from talaria.hub.api.websession import WebRoute
+from talaria.hub.runners.connection_state import AccountRef
 
 router = APIRouter(prefix="/api/sources", tags=["sources"], route_class=WebRoute)
 

@@ -9,9 +9,9 @@ from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
 from talaria.errors import TalariaError
-from talaria.hub.deps import AdminDep, HubDep, StrictBody
-from talaria.hub.views import decode_cursor, encode_cursor, page_limit
-from talaria.hub.websession import WebRoute
+from talaria.hub.api.deps import AdminDep, HubDep, StrictBody
+from talaria.hub.api.views import decode_cursor, encode_cursor, page_limit
+from talaria.hub.api.websession import WebRoute
 
 router = APIRouter(prefix="/api/admin/accounts", tags=["accounts"], route_class=WebRoute)
 

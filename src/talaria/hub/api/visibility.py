@@ -6,8 +6,8 @@ Anything else answers 404 ``not_found`` (never 403), so ids of others' objects l
 from __future__ import annotations
 
 from talaria.errors import TalariaError
-from talaria.hub.state import Hub
-from talaria.hub.websession import WebUser
+from talaria.hub.api.websession import WebUser
+from talaria.hub.resources import Hub
 from talaria.store.interface import Row
 
 

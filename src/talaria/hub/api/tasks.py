@@ -11,11 +11,11 @@ from starlette.concurrency import run_in_threadpool
 
 from talaria.accounts.rules import PROFILE, SOURCE
 from talaria.errors import TalariaError
-from talaria.hub.deps import AdminDep, HubDep, StrictBody, UserDep
-from talaria.hub.views import decode_cursor, dispatch_json, encode_cursor, job_json, page_limit, task_json
-from talaria.hub.visibility import visible_task
-from talaria.hub.waiting import waiting_reason
-from talaria.hub.websession import WebRoute
+from talaria.hub.api.deps import AdminDep, HubDep, StrictBody, UserDep
+from talaria.hub.api.views import decode_cursor, dispatch_json, encode_cursor, job_json, page_limit, task_json
+from talaria.hub.api.visibility import visible_task
+from talaria.hub.api.waiting import waiting_reason
+from talaria.hub.api.websession import WebRoute
 from talaria.ids import trace_id
 from talaria.lifecycle.machine import TaskState
 from talaria.limits import MAX_REJECT_REASON_CHARS, MAX_TASK_PROMPT_CHARS, MAX_TASK_TITLE_CHARS

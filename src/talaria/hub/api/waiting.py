@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from talaria.store.interface import Row
 
 if TYPE_CHECKING:
-    from talaria.hub.state import Hub
+    from talaria.hub.resources import Hub
 
 
 def waiting_reason(hub: Hub, job: Row) -> str | None:

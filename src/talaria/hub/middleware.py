@@ -1,16 +1,26 @@
-"""Pure ASGI middleware: refuse request bodies over the limit with 413 ``payload_too_large``.
+"""The hub's pure ASGI middleware: ``AccessLog`` (one structured log line and one metric sample per request)
+and ``BodyLimit``, which refuses request bodies over the limit with 413 ``payload_too_large``.
 
-Runs before routing for the web API. The Runtime API checks its own body size after the peer check
+``BodyLimit`` runs before routing for the web API. The Runtime API checks its own body size after the peer check
 (lifecycle.md 6.5), so its prefix is exempt here; the runner machine API never reaches this layer
 (``machine_api.serve`` answers it in front of FastAPI and checks its 16 MiB limit after the gate).
 """
 
 from __future__ import annotations
 
+import time
+from typing import TYPE_CHECKING
+
+import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from talaria.canonical import canonical_json
 from talaria.limits import MAX_BODY_BYTES
+
+if TYPE_CHECKING:
+    from talaria.hub.resources import Hub
+
+log = structlog.get_logger("talaria.hub")
 
 # How much of an oversized body is read and thrown away before answering 413: a server that closes
 # while the client is still sending makes the client's TCP stack reset the connection, and the 413
@@ -102,3 +112,32 @@ class BodyLimit:
             return await receive()  # after the body: wait for a disconnect, as the server would
 
         await self.app(scope, replay, send)
+
+
+class AccessLog:
+    """One structured log line and one metric sample per request (no query strings, no bodies)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def capture(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, capture)
+        finally:
+            elapsed = time.perf_counter() - started
+            hub: Hub | None = getattr(scope["app"].state, "hub", None) if "app" in scope else None
+            if hub is not None:
+                hub.metrics.observe_request(scope["path"], status, elapsed)
+            log.info("request", method=scope["method"], path=scope["path"], status=status, ms=round(elapsed * 1000, 1))

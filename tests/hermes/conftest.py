@@ -104,7 +104,7 @@ def start_node(
         runner = RunnerProcess(path, tmp_path / "logs")
         runner.wait_for("runner connected")
         runner_id = registration.runner.id
-        wait_until(lambda: runner_id in server.hub.runners.states, what="the hub state")
+        wait_until(lambda: server.hub.runners.is_connected(runner_id), what="the hub state")
     except BaseException:
         server.stop()
         raise

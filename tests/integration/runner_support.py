@@ -246,7 +246,7 @@ def send_captured(
         task = asyncio.get_running_loop().create_task(runners.send(runner_id, kind, body, account=None, profile=None))
         task.add_done_callback(_retrieve)
         await asyncio.sleep(0)
-        state = runners.states[runner_id]
+        state = runners.state_of(runner_id)
         [wire] = [c.wire() for c in state.queue.values() if c.payload is body]
         return task, wire
 
@@ -277,7 +277,7 @@ def inject(server: HubServer, runner_id: str, wire: dict[str, Any]) -> asyncio.T
 
     async def run() -> Any:
         runners = server.hub.runners
-        state = runners.states[runner_id]
+        state = runners.state_of(runner_id)
         loop = asyncio.get_running_loop()
         command = Command(
             id=wire["id"],
@@ -304,7 +304,7 @@ def pending_wire(server: HubServer, runner_id: str) -> list[dict[str, Any]]:
     """The wire form of the runner's queued commands, in enqueue order."""
 
     async def read() -> list[dict[str, Any]]:
-        state = server.hub.runners.states.get(runner_id)
+        state = server.hub.runners.state_of(runner_id)
         return [c.wire() for c in state.queue.values()] if state else []
 
     wires: list[dict[str, Any]] = server.call(read())
@@ -312,7 +312,7 @@ def pending_wire(server: HubServer, runner_id: str) -> list[dict[str, Any]]:
 
 
 def has_waiter(server: HubServer, runner_id: str) -> bool:
-    state = server.hub.runners.states.get(runner_id)
+    state = server.hub.runners.state_of(runner_id)
     return state is not None and state.waiter is not None and not state.waiter.done()
 
 

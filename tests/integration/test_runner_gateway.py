@@ -211,7 +211,7 @@ class Env:
         return self.server.call(read())
 
     def hub_gateways(self) -> dict[str, Gateway]:
-        state = self.server.hub.runners.states.get(self.runner_id)
+        state = self.server.hub.runners.state_of(self.runner_id)
         return dict(state.gateways) if state is not None else {}
 
     # --- the runner side
@@ -254,7 +254,7 @@ def env(tmp_path: Path, hermes: HermesFixture, monkeypatch: pytest.MonkeyPatch) 
         receipts = Receipts(tmp_path / "runner-commands.sqlite3", SystemClock())
         runner = RunnerThread(config, receipts, tap).start()
         wait_until(lambda: runner is not None and runner.a.connected, what="the runner to connect")
-        wait_until(lambda: registration.runner.id in server.hub.runners.states, what="the hub state")
+        wait_until(lambda: server.hub.runners.is_connected(registration.runner.id), what="the hub state")
         yield Env(server, hermes, runner, tap, registration.runner.id, receipts)
     finally:
         if runner is not None:
@@ -440,7 +440,7 @@ def test_open_and_close_payload_rules(env: Env) -> None:
     async def send(kind: str, payload: dict[str, Any], connection_id: str | None = None) -> Any:
         hub = env.server.hub
         if connection_id is not None:
-            state = hub.runners.states[env.runner_id]
+            state = hub.runners.state_of(env.runner_id)
             state.gateways[connection_id] = Gateway(connection_id, env.runner_id, account, False)
         return await hub.runners.send(
             env.runner_id, kind, payload, account=account, profile=None, connection_id=connection_id

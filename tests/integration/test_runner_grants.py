@@ -182,7 +182,7 @@ class Env:
 
     async def hub_grants(self) -> list[Grant]:
         async def read() -> list[Grant]:
-            state = self.hub.hub.runners.states.get(self.runner_id)
+            state = self.hub.hub.runners.state_of(self.runner_id)
             return list(state.grants.values()) if state is not None else []
 
         return await self.on_hub(read())

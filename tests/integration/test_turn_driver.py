@@ -52,7 +52,7 @@ def env(tmp_path: Path) -> Iterator[Env]:
             runner = RunnerProcess(path, tmp_path / "logs")
             runner.wait_for("runner connected")
             runner_id = json.loads(path.read_text())["runnerId"]
-            wait_until(lambda: runner_id in server.hub.runners.states, what="the hub state")
+            wait_until(lambda: server.hub.runners.is_connected(runner_id), what="the hub state")
             account = AccountRef("alice", created.tenant, created.auth_version)
             yield Env(
                 server, hermes, runner_id, account, TurnDriver(server.hub.channels, server.hub.registry, server.clock)
@@ -84,7 +84,7 @@ def test_a_turn_streams_to_message_complete_and_whoami_answers_the_bound_identit
     identity = answer["structuredContent"]
     assert identity["account"] == "alice" and identity["tenant"] == env.account.tenant
     assert (identity["source"], identity["profile"], identity["workId"]) == ("local", "default", "work-42")
-    assert [identity["grantId"]] == list(env.server.hub.runners.states[env.runner_id].grants)
+    assert [identity["grantId"]] == list(env.server.hub.runners.state_of(env.runner_id).grants)
     result = outcome(env.server, task, timeout=30)
     assert isinstance(result, TurnResult), result
     assert result.status == "complete"
@@ -104,7 +104,7 @@ def test_a_plugin_that_is_not_ready_refuses_team_tools_before_anything_is_submit
     assert isinstance(result, TalariaError) and result.code == "team_tools_unavailable"
     assert "_sessions" in result.message
     assert env.hermes.rpc_requests("prompt.submit") == []
-    wait_until(lambda: env.server.hub.runners.states[env.runner_id].gateways == {}, what="the gateway to close")
+    wait_until(lambda: env.server.hub.runners.state_of(env.runner_id).gateways == {}, what="the gateway to close")
 
 
 def _tool_call(bind: dict[str, Any], call_id: str) -> dict[str, Any]:

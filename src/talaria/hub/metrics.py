@@ -46,7 +46,7 @@ class HubMetrics:
         self.commands_pending = Gauge("talaria_runner_commands_pending", "Commands queued", registry=self.registry)
 
     def watch_runners(self, runners: RunnerHub) -> None:
-        self.runners_online.set_function(lambda: len(runners.states))
+        self.runners_online.set_function(runners.connected_count)
         self.commands_pending.set_function(runners.pending_count)
 
     def observe_command(self, outcome: str, seconds: float | None) -> None:

@@ -23,11 +23,10 @@ def waiting_reason(hub: Hub, job: Row) -> str | None:
         return f"no execution node serves cell {cell} and the Runtime API is off"
     if profile not in record.allowed_profiles:
         return f"execution node {record.name!r} for cell {cell} does not allow profile {profile}"
-    if record.id not in hub.runners.states:
+    if not hub.runners.is_connected(record.id):
         return f"waiting for execution node {record.name!r} (cell {cell}) to connect{workers}"
     if not hub.settings.dispatcher_enabled:
         return f"the hub's dispatcher is off; waiting for a Runtime API worker (cell {cell})"
-    busy = hub.dispatcher.per_runner.get(record.id, 0) >= hub.settings.dispatcher_per_runner
-    if busy or len(hub.dispatcher.running) >= hub.settings.dispatcher_per_hub:
+    if hub.dispatcher.is_full(record.id):
         return f"execution node {record.name!r} is busy; the job runs when a slot frees"
     return f"about to run on execution node {record.name!r}"

@@ -131,6 +131,11 @@ class Dispatcher:
         if self.running:
             await asyncio.wait(list(self.running.values()), timeout=10)
 
+    def is_full(self, runner_id: str) -> bool:
+        """Whether a job for this runner would wait for a free slot (its own, or the hub's)."""
+        busy = self.per_runner.get(runner_id, 0) >= self.settings.dispatcher_per_runner
+        return busy or len(self.running) >= self.settings.dispatcher_per_hub
+
     def wake(self) -> None:
         """Scan now (a job was queued, a runner connected, a slot freed)."""
         self._wake.set()
@@ -186,7 +191,7 @@ class Dispatcher:
 
     def _connected_records(self) -> list[RunnerRecord]:
         out = []
-        for runner_id in list(self.runners.states):
+        for runner_id in self.runners.connected_ids():
             record = self.registry.get(runner_id)
             if record is not None:
                 out.append(record)
@@ -419,7 +424,7 @@ class Dispatcher:
         return result.text if result.status in ("complete", "error") else None
 
     async def _until_online(self, runner_id: str, cancel: asyncio.Event) -> None:
-        while runner_id not in self.runners.states and not cancel.is_set():
+        while not self.runners.is_connected(runner_id) and not cancel.is_set():
             await asyncio.sleep(self.timings.runner_back_check_s)
 
     async def _submitted(self, lease: Lease) -> bool:

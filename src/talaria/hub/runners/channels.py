@@ -26,7 +26,7 @@ class Channels:
         self.runners = runners
 
     def _state(self, runner_id: str) -> ConnState:
-        state = self.runners.states.get(runner_id)
+        state = self.runners.state_of(runner_id)
         if state is None:
             raise TalariaError("runner_offline", "the execution node is not connected")
         return state
@@ -95,7 +95,7 @@ class Channels:
 
     async def close_gateway(self, gateway: Gateway) -> None:
         """Close on the hub side (queued commands fail 409), then tell the runner (admitted whenever pending)."""
-        state = self.runners.states.get(gateway.runner_id)
+        state = self.runners.state_of(gateway.runner_id)
         was_open, gateway.open = gateway.open, False
         if state is None:
             return
@@ -149,7 +149,7 @@ class Channels:
 
     async def close_grant(self, grant: Grant) -> None:
         was_open, grant.open = grant.open, False
-        state = self.runners.states.get(grant.runner_id)
+        state = self.runners.state_of(grant.runner_id)
         if state is None:
             return
         state.grants.pop(grant.id, None)

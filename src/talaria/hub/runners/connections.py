@@ -276,6 +276,20 @@ class RunnerHub:
 
     # --- views ----------------------------------------------------------------------------------------------
 
+    def state_of(self, runner_id: str) -> ConnState | None:
+        """The runner's connection state, or None while it is not connected."""
+        return self.states.get(runner_id)
+
+    def is_connected(self, runner_id: str) -> bool:
+        return runner_id in self.states
+
+    def connected_ids(self) -> list[str]:
+        """The ids of the runners with a connection state now."""
+        return list(self.states)
+
+    def connected_count(self) -> int:
+        return len(self.states)
+
     def summary(self, runner_id: str) -> dict[str, Any]:
         state = self.states.get(runner_id)
         now = self.clock.now_ms()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -22,6 +24,7 @@ from talaria.hub.errors import error_response
 from talaria.hub.middleware import drain
 from talaria.hub.resources import Hub
 from talaria.hub.runners import limits
+from talaria.hub.runners.connection_state import ConnState
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 log = structlog.get_logger("talaria.hub")
@@ -43,43 +46,104 @@ def _text(value: Any, low: int, high: int) -> bool:
     return isinstance(value, str) and low <= len(value) <= high
 
 
-def _shape(op: str, body: Any) -> dict[str, Any]:
-    """The op's strict body shape (section 4); anything else is 400 ``invalid_json``."""
-    if not isinstance(body, dict):
-        raise _malformed(op)
+def _admit_body(body: dict[str, Any]) -> bool:
+    return set(body) == {"id"} and _text(body["id"], 1, 64)
+
+
+def _result_body(body: dict[str, Any]) -> bool:
     keys = set(body)
-    ok = False
-    if op == "admit":
-        ok = keys == {"id"} and _text(body["id"], 1, 64)
-    elif op == "result":
-        if keys == {"id", "result"}:
-            ok = _text(body["id"], 1, 64)
-        elif keys == {"id", "error"} and isinstance(body["error"], dict):
-            error = body["error"]
-            ok = _text(body["id"], 1, 64) and set(error) == {"message", "code"}
-            ok = ok and isinstance(error["message"], str) and _text(error["code"], 1, 64)
-    elif op == "event":
-        if keys == {"connectionId", "closed"}:
-            ok = _text(body["connectionId"], 1, 64) and body["closed"] is True
-        elif keys == {"connectionId", "frame"} and isinstance(body["frame"], dict):
-            frame = body["frame"]
-            ok = _text(body["connectionId"], 1, 64) and set(frame) <= {"type", "session_id", "payload"}
-            ok = (
-                ok
-                and _text(frame.get("type"), 1, 200)
-                and ("session_id" not in frame or isinstance(frame["session_id"], str))
-            )
-    elif op == "tool":
-        ok = keys == {"grantId", "toolId", "callId", "arguments"} and bool(UUID.match(str(body["grantId"])))
-        ok = (
-            ok
-            and _text(body["toolId"], 1, 100)
-            and _text(body["callId"], 1, 200)
-            and isinstance(body["arguments"], dict)
-        )
-    elif op == "goodbye":
-        ok = keys == set()
-    if not ok:
+    if keys == {"id", "result"}:
+        return _text(body["id"], 1, 64)
+    if keys != {"id", "error"} or not isinstance(body["error"], dict):
+        return False
+    error = body["error"]
+    return (
+        _text(body["id"], 1, 64)
+        and set(error) == {"message", "code"}
+        and isinstance(error["message"], str)
+        and _text(error["code"], 1, 64)
+    )
+
+
+def _event_body(body: dict[str, Any]) -> bool:
+    keys = set(body)
+    if keys == {"connectionId", "closed"}:
+        return _text(body["connectionId"], 1, 64) and body["closed"] is True
+    if keys != {"connectionId", "frame"} or not isinstance(body["frame"], dict):
+        return False
+    frame = body["frame"]
+    return (
+        _text(body["connectionId"], 1, 64)
+        and set(frame) <= {"type", "session_id", "payload"}
+        and _text(frame.get("type"), 1, 200)
+        and ("session_id" not in frame or isinstance(frame["session_id"], str))
+    )
+
+
+def _tool_body(body: dict[str, Any]) -> bool:
+    return (
+        set(body) == {"grantId", "toolId", "callId", "arguments"}
+        and bool(UUID.match(str(body["grantId"])))
+        and _text(body["toolId"], 1, 100)
+        and _text(body["callId"], 1, 200)
+        and isinstance(body["arguments"], dict)
+    )
+
+
+def _goodbye_body(body: dict[str, Any]) -> bool:
+    return not body
+
+
+async def _admit(hub: Hub, state: ConnState, body: dict[str, Any]) -> Any:
+    return {"allowed": hub.channels.admit(state, body["id"])}
+
+
+async def _result(hub: Hub, state: ConnState, body: dict[str, Any]) -> Any:
+    hub.runners.complete(state, body["id"], body)
+    return {"ok": True}
+
+
+async def _event(hub: Hub, state: ConnState, body: dict[str, Any]) -> Any:
+    hub.channels.event(state, body)
+    return {"ok": True}
+
+
+async def _tool(hub: Hub, state: ConnState, body: dict[str, Any]) -> Any:
+    return {"result": await hub.channels.tool(state, body)}
+
+
+async def _goodbye(hub: Hub, state: ConnState, body: dict[str, Any]) -> Any:
+    hub.runners.disconnect(state.runner_id, "goodbye")
+    return {"ok": True}
+
+
+@dataclass(frozen=True)
+class Op:
+    """One op of section 4: its method, its strict body shape (None: no body, the poll) and its handler."""
+
+    method: str
+    shape: Callable[[dict[str, Any]], bool] | None
+    handler: Callable[[Hub, ConnState, dict[str, Any]], Awaitable[Any]] | None
+
+
+OPS: dict[str, Op] = {
+    "poll": Op("GET", None, None),
+    "admit": Op("POST", _admit_body, _admit),
+    "result": Op("POST", _result_body, _result),
+    "event": Op("POST", _event_body, _event),
+    "tool": Op("POST", _tool_body, _tool),
+    "goodbye": Op("POST", _goodbye_body, _goodbye),
+}
+
+
+def _shape(op: str, raw: bytes) -> dict[str, Any]:
+    """The op's strict body (section 4); anything else is 400 ``invalid_json``."""
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise _malformed(op) from exc
+    shape = OPS[op].shape
+    if not isinstance(body, dict) or shape is None or not shape(body):
         raise _malformed(op)
     return body
 
@@ -132,26 +196,12 @@ async def _handle(hub: Hub, headers: dict[str, str], receive: Receive, runner_id
     )
     if op == "poll":
         return await hub.runners.poll(state, created)
-    raw = await _read_body(headers, receive)
-    try:
-        body = _shape(op, json.loads(raw))
-    except ValueError as exc:
-        raise _malformed(op) from exc
-    if op == "admit":
-        return {"allowed": hub.channels.admit(state, body["id"])}
-    if op == "result":
-        hub.runners.complete(state, body["id"], body)
-        return {"ok": True}
-    if op == "event":
-        hub.channels.event(state, body)
-        return {"ok": True}
-    if op == "tool":
-        return {"result": await hub.channels.tool(state, body)}
-    hub.runners.disconnect(runner_id, "goodbye")
-    return {"ok": True}
+    body = _shape(op, await _read_body(headers, receive))
+    handler = OPS[op].handler
+    assert handler is not None
+    return await handler(hub, state, body)
 
 
-_METHOD = {"poll": "GET", "admit": "POST", "result": "POST", "event": "POST", "tool": "POST", "goodbye": "POST"}
 PREFIX = "/api/runner/v1/"
 
 
@@ -183,10 +233,11 @@ async def serve(hub: Hub, scope: Scope, receive: Receive, send: Send) -> None:
     try:
         try:
             # A path whose runner id is not a UUID names no route, so it is 404 whatever the method.
-            if len(parts) != 2 or parts[1] not in _METHOD or not UUID.match(parts[0]):
+            if len(parts) != 2 or parts[1] not in OPS or not UUID.match(parts[0]):
                 raise TalariaError("not_found", "not found")
-            if scope["method"] != _METHOD[parts[1]]:
-                raise TalariaError("method_not_allowed", "method not allowed", headers={"Allow": _METHOD[parts[1]]})
+            method = OPS[parts[1]].method
+            if scope["method"] != method:
+                raise TalariaError("method_not_allowed", "method not allowed", headers={"Allow": method})
             payload = canonical_json(await _handle(hub, headers, tracked, parts[0], parts[1]))
         except TalariaError as exc:
             if not body_done:  # refused before reading: take the body, or the client may see a reset, not the answer

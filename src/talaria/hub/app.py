@@ -50,7 +50,8 @@ class HubApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if machine_api.is_machine_path(scope):
-            await machine_api.serve(self.web.state.hub, scope, receive, send)
+            hub: Hub = self.web.state.hub  # typed, so mypy checks it offers what the machine API needs
+            await machine_api.serve(hub, scope, receive, send)
         else:
             await self.web(scope, receive, send)
 

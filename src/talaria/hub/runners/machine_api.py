@@ -13,7 +13,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from starlette.types import Message, Receive, Scope, Send
@@ -22,9 +22,30 @@ from talaria.canonical import canonical_json
 from talaria.errors import TalariaError
 from talaria.hub.errors import error_response
 from talaria.hub.middleware import drain
-from talaria.hub.resources import Hub
 from talaria.hub.runners import limits
+from talaria.hub.runners.channels import Channels
 from talaria.hub.runners.connection_state import ConnState
+from talaria.hub.runners.connections import RunnerHub
+from talaria.hub.runners.registry import RunnerRegistry
+
+
+class RequestObserver(Protocol):
+    def observe_request(self, path: str, status: int, elapsed_s: float) -> object: ...
+
+
+class Hub(Protocol):
+    """What the machine API needs of the hub: the runner records, the connection states, the hub operations
+    that answer ``admit``/``event``/``tool``, and the request metrics (the hub's resources satisfy it)."""
+
+    @property
+    def registry(self) -> RunnerRegistry: ...
+    @property
+    def runners(self) -> RunnerHub: ...
+    @property
+    def channels(self) -> Channels: ...
+    @property
+    def metrics(self) -> RequestObserver: ...
+
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 log = structlog.get_logger("talaria.hub")

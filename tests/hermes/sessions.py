@@ -47,6 +47,15 @@ class Session:
         opened: Session = node.call(go())
         return opened
 
+    @classmethod
+    def warmed_and_bound(cls, node: Node, work_id: str) -> Session:
+        """A session that ran one turn (so Hermes stored it) and is then bound to a grant for ``work_id``."""
+        session = cls.open(node)
+        session.start("warm up")
+        session.wait_idle()
+        session.bind(work_id=work_id)
+        return session
+
     def bind(self, work_id: str = "work-1") -> None:
         async def go() -> None:
             channels = self.node.server.hub.channels

@@ -45,11 +45,8 @@ def compressing(
 
 def test_a_compression_during_a_bound_turn_keeps_the_tool_with_its_session(compressing: Node) -> None:
     node = compressing
-    session = Session.open(node)
-    session.start("warm up")
-    session.wait_idle()
+    session = Session.warmed_and_bound(node, "job-c")
     stored_before = session.stored_id
-    session.bind(work_id="job-c")
     node.model.script(
         when(
             "compress now",
@@ -99,11 +96,8 @@ def test_a_session_resumed_on_a_rotated_out_id_never_gets_the_other_bindings_too
     while Hermes still keys it on K1 until the turn ends. B (bob, job-b), resumed on K1 during that turn and
     bound to its own grant, is offered only its own tool, cannot reach A's, and closing B leaves A's alone."""
     node = compressing
-    a = Session.open(node)
-    a.start("warm up")
-    a.wait_idle()
+    a = Session.warmed_and_bound(node, "job-a")
     k1 = a.stored_id
-    a.bind(work_id="job-a")
     node.model.script(
         when(
             "alpha compress",

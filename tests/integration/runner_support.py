@@ -416,14 +416,15 @@ def clean_env() -> dict[str, str]:
 class RunnerProcess:
     """``python -m talaria runner --config PATH``, its output in files (no pipe can fill up)."""
 
-    def __init__(self, config_path: Path, logs: Path, name: str = "runner") -> None:
+    def __init__(self, config_path: Path, logs: Path, name: str = "runner", *, argv: list[str] | None = None) -> None:
+        """``argv`` replaces the command line (a wrapper that still runs the runner with ``config_path``)."""
         logs.mkdir(parents=True, exist_ok=True)
         self.out_path = logs / f"{name}.stdout"
         self.err_path = logs / f"{name}.stderr"
         self._out = self.out_path.open("wb")
         self._err = self.err_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "talaria", "runner", "--config", str(config_path)],
+            argv or [sys.executable, "-m", "talaria", "runner", "--config", str(config_path)],
             stdin=subprocess.DEVNULL,
             stdout=self._out,
             stderr=self._err,

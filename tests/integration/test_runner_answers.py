@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,37 +26,23 @@ from talaria.hub.runners.connection_state import AccountRef, Gateway
 from talaria.testing.hermes_fixture import HermesFixture
 from talaria.testing.hub_server import HubServer
 from tests.conftest import add_account
-from tests.integration.runner_support import RunnerProcess, clean_env, outcome, register_node, send
+from tests.integration.runner_support import RunnerProcess, outcome, register_node, send
 
 CONNECTED = "runner connected"
 STOPPED = "runner stopped"
 EXIT_RECEIPTS_FAILED = 4
 
 
-class LimitedRunner(RunnerProcess):
-    """``talaria runner`` whose process may not write a file past ``max_file_bytes`` (``RLIMIT_FSIZE``): a write
-    beyond it fails with EFBIG, which SQLite reports as a disk I/O error. Python ignores SIGXFSZ."""
-
-    def __init__(self, config_path: Path, logs: Path, name: str, max_file_bytes: int) -> None:
-        logs.mkdir(parents=True, exist_ok=True)
-        self.out_path = logs / f"{name}.stdout"
-        self.err_path = logs / f"{name}.stderr"
-        self._out = self.out_path.open("wb")
-        self._err = self.err_path.open("wb")
-        launcher = (
-            "import os, resource, sys\n"
-            "hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]\n"
-            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({max_file_bytes}, hard))\n"
-            "os.execv(sys.executable, [sys.executable, '-m', 'talaria', 'runner', '--config', sys.argv[1]])\n"
-        )
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", launcher, str(config_path)],
-            stdin=subprocess.DEVNULL,
-            stdout=self._out,
-            stderr=self._err,
-            cwd=logs,
-            env=clean_env(),
-        )
+def limited_argv(config_path: Path, max_file_bytes: int) -> list[str]:
+    """``talaria runner`` whose files may grow to at most ``max_file_bytes`` (RLIMIT_FSIZE): SQLite then
+    really fails to write a larger receipt."""
+    launcher = (
+        "import os, resource, sys\n"
+        "hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]\n"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({max_file_bytes}, hard))\n"
+        "os.execv(sys.executable, [sys.executable, '-m', 'talaria', 'runner', '--config', sys.argv[1]])\n"
+    )
+    return [sys.executable, "-c", launcher, str(config_path)]
 
 
 @dataclass
@@ -140,7 +125,8 @@ LARGE_CONFIG = {"default": {"padding": "x" * (2 << 20)}}  # its reply, base64, i
 
 @pytest.mark.parametrize("node", [LARGE_CONFIG], indirect=True)
 def test_a_receipt_the_disk_refuses_stops_the_runner_with_exit_4_after_posting_the_outcome(node: Node) -> None:
-    runner = LimitedRunner(node.config_path, node.tmp / "logs", "limited", max_file_bytes=1 << 20)
+    argv = limited_argv(node.config_path, 1 << 20)
+    runner = RunnerProcess(node.config_path, node.tmp / "logs", "limited", argv=argv)
     try:
         runner.wait_for(CONNECTED)
         task = send(node.server, node.runner_id, {"path": "/api/config", "method": "GET", "search": "?profile=default"})

@@ -23,7 +23,7 @@ from talaria.testing.model_server import (
 from talaria.testing.real_hermes import RealHermes
 from tests.hermes.conftest import Node, running_node
 from tests.hermes.sessions import Session
-from tests.hermes.test_team_tools import TEAM, offered_team_tools, requests_with, tool_results
+from tests.hermes.team_support import TEAM, offered_team_tools, requests_with, tool_results
 
 # Rotate the stored id on compression (0.19.0 compresses in place by default) and allow it from turn 2.
 COMPRESSION = "compression:\n  protect_first_n: 0\n  in_place: false\n"

@@ -5,23 +5,10 @@ from __future__ import annotations
 
 import json
 
-from talaria.testing.model_server import LoggedRequest, ToolSelector, reply, slow, tool_call, when
+from talaria.testing.model_server import ToolSelector, reply, slow, tool_call, when
 from tests.hermes.conftest import Node
 from tests.hermes.sessions import Session
-
-TEAM = "team_"
-
-
-def offered_team_tools(request: LoggedRequest) -> list[str]:
-    return [name for name in request.tools if name.startswith(TEAM)]
-
-
-def requests_with(node: Node, text: str) -> list[LoggedRequest]:
-    return [r for r in node.model.chat_requests() if r.tools and any(text in json.dumps(m) for m in r.body["messages"])]
-
-
-def tool_results(request: LoggedRequest) -> list[str]:
-    return [str(m.get("content")) for m in request.body["messages"] if m.get("role") == "tool"]
+from tests.hermes.team_support import TEAM, offered_team_tools, requests_with, tool_results
 
 
 def test_a_bound_tool_is_seen_and_callable_only_in_its_session_and_gone_after_unbind(node: Node) -> None:

@@ -29,7 +29,7 @@ from talaria.errors import TalariaError
 from talaria.hub.runners.connection_state import Command
 from talaria.testing.hub_server import HubServer
 from tests.conftest import add_account, login
-from tests.integration.test_web_api import assert_error
+from tests.integration.web_support import assert_error
 
 MACHINE = "/api/runner/v1"
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")

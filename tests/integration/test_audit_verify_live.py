@@ -23,7 +23,7 @@ from talaria.testing.hub_server import HubServer
 from tests.conftest import PROXY_SECRET, add_account, login
 from tests.integration.cli_support import talaria
 from tests.integration.runtime_support import Worker, close_clients, dispatched_job
-from tests.integration.test_web_api import cheapen_argon2
+from tests.integration.web_support import cheapen_argon2
 
 JOBS = 20
 WORKER_THREADS = 4

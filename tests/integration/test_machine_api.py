@@ -46,7 +46,7 @@ from tests.integration.runner_support import (
     tick,
     wait_until,
 )
-from tests.integration.test_web_api import cheapen_argon2
+from tests.integration.web_support import cheapen_argon2
 
 MIB = 1024 * 1024
 UNKNOWN_RUNNER = "00000000-0000-4000-8000-000000000000"

@@ -40,7 +40,7 @@ from tests.integration.runner_support import (
     wait_until,
     write_config,
 )
-from tests.integration.test_web_api import cheapen_argon2
+from tests.integration.web_support import cheapen_argon2
 
 STOPPED = "runner stopped"
 CONNECTED = "runner connected"

@@ -21,7 +21,7 @@ from tests.integration.runner_support import (
     register,
     runner_summary,
 )
-from tests.integration.test_web_api import assert_error, cheapen_argon2
+from tests.integration.web_support import assert_error, cheapen_argon2
 
 RUNNERS = "/api/admin/runners"
 

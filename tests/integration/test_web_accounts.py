@@ -13,7 +13,7 @@ import pytest
 from talaria.clock import ManualClock
 from talaria.testing.hub_server import HubServer
 from tests.conftest import PASSWORD, add_account
-from tests.integration.test_web_api import TASK, Web, assert_error, cheapen_argon2, dispatched, open_web
+from tests.integration.web_support import TASK, Web, assert_error, cheapen_argon2, dispatched, open_web
 
 ACCOUNT_KEYS = {"username", "tenant", "role", "enabled", "allowedProfiles", "canManageTeam", "authVersion", "createdAt"}
 

@@ -12,7 +12,7 @@ import pytest
 
 from talaria.testing.hub_server import HubServer
 from tests.conftest import PASSWORD
-from tests.integration.test_web_api import (
+from tests.integration.web_support import (
     JSON_TYPE,
     MIB,
     TASK,

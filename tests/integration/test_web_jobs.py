@@ -15,7 +15,7 @@ from talaria.clock import ManualClock
 from talaria.lifecycle.actor import Actor
 from talaria.lifecycle.binding import Binding
 from talaria.testing.hub_server import HubServer
-from tests.integration.test_web_api import (
+from tests.integration.web_support import (
     JOB_KEYS,
     Web,
     assert_error,

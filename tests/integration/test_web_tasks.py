@@ -10,7 +10,7 @@ import pytest
 
 from talaria.clock import ManualClock
 from talaria.testing.hub_server import HubServer
-from tests.integration.test_web_api import (
+from tests.integration.web_support import (
     HEX32,
     JOB_KEYS,
     TASK,

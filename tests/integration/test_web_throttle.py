@@ -11,7 +11,7 @@ import pytest
 from talaria.clock import ManualClock
 from talaria.testing.hub_server import HubServer
 from tests.conftest import PASSWORD
-from tests.integration.test_web_api import Web, assert_error, cheapen_argon2, open_web
+from tests.integration.web_support import Web, assert_error, cheapen_argon2, open_web
 
 
 @pytest.fixture(autouse=True)

@@ -504,6 +504,18 @@ def fixed_sleeps(path: Path) -> list[tuple[int, float]]:
     return found
 
 
+def test_no_test_module_imports_another_test_module() -> None:
+    """Shared helpers live in support modules and fixtures in conftest files, never in a test module."""
+    offenders = []
+    for path in sorted(TESTS.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            offenders += [f"{path.name} imports {name}" for name in names
+                          if name.startswith("tests.") and name.rsplit(".", 1)[-1].startswith("test_")]  # fmt: skip
+    assert offenders == []
+
+
 def test_the_sleep_scan_finds_a_long_fixed_sleep(tmp_path: Path) -> None:
     """Guards the scan itself: a rule that found nothing would pass vacuously."""
     sample = tmp_path / "sample.py"

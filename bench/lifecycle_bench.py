@@ -21,7 +21,12 @@ run itself fails (an engine error, or an audit chain that does not verify).
 ``--http`` adds ``http_lifecycle_per_s``: the same lifecycle with claim, start, heartbeat and complete
 sent as signed requests to the Runtime API of a real hub (``python -m talaria hub`` in a child process
 on 127.0.0.1, its own data directory); the dispatch stays an in-process engine call, as the Runtime
-API has no dispatch route.
+API has no dispatch route. In the same run it times ``echo_p50_ms``: a round trip of the same client
+(httpx, the same signed headers and an ``Idempotency-Key``, a body of a claim's size) to a bare uvicorn
+app in another child process that reads the body and answers a JSON object of a claim answer's size,
+four such round trips after each HTTP lifecycle. Then
+``http_overhead_ratio`` = HTTP lifecycle time / (in-process lifecycle time + 4 x ``echo_p50_ms``):
+how much the Runtime API door adds beyond the engine and four bare round trips (target <= 1.5).
 
     .venv/bin/python bench/lifecycle_bench.py [--jobs N] [--raw-tx N] [--http] [--dir PARENT]
 """
@@ -35,25 +40,28 @@ import os
 import queue
 import secrets
 import signal
+import socket
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from talaria.canonical import digest, sha256_hex
 from talaria.clock import SystemClock
 from talaria.errors import TalariaError
 from talaria.ids import trace_id
 from talaria.lifecycle.actor import Actor
-from talaria.lifecycle.binding import Binding, persisted_binding
-from talaria.lifecycle.context import IdemRequest, OpResult
+from talaria.lifecycle.answers import Beat, Claimed, Ended, Reply, Started
+from talaria.lifecycle.context import IdemRequest
 from talaria.lifecycle.engine import Engine
 from talaria.logs import configure_logging
 from talaria.settings import Settings
@@ -67,6 +75,8 @@ if TYPE_CHECKING:
 
 WRITE_TX_PER_LIFECYCLE = 5
 TARGET_FRACTION = 0.5
+HTTP_RATIO_TARGET = 1.5
+ECHOES_PER_LIFECYCLE = 4
 DEFAULT_JOBS = 2000
 DEFAULT_RAW_TX = 5000
 HUB_START_TIMEOUT_S = 60.0
@@ -257,11 +267,13 @@ def idem(key: str, body: dict[str, Any]) -> IdemRequest:
     return IdemRequest(sha256_hex(key), digest(body))
 
 
-def expect(result: OpResult, state: str, what: str) -> dict[str, Any]:
-    data = result.data
-    if result.status != 200 or result.replayed or data.get("state") != state:
-        raise BenchFailure(f"{what}: expected a fresh 200 in {state}, got {result.status} {data}")
-    return data
+A = TypeVar("A", Claimed, Started, Beat, Ended)
+
+
+def expect(reply: Reply[A], state: str, what: str) -> A:
+    if reply.replayed or reply.answer.state != state:
+        raise BenchFailure(f"{what}: expected a fresh answer in {state}, got {reply}")
+    return reply.answer
 
 
 def prepare_tasks(eng: Engine, count: int) -> list[str]:
@@ -278,9 +290,9 @@ def prepare_tasks(eng: Engine, count: int) -> list[str]:
             profile=PROFILE,
             trace=trace_id(),
         )
-        eng.submit_task(AUTHOR, tenant=TENANT, task_id=task["id"])
-        eng.approve_task(ADMIN, tenant=TENANT, task_id=task["id"])
-        ids.append(task["id"])
+        eng.submit_task(AUTHOR, tenant=TENANT, task_id=task.id)
+        eng.approve_task(ADMIN, tenant=TENANT, task_id=task.id)
+        ids.append(task.id)
         if (i + 1) % step == 0:
             log(f"prepare: {i + 1}/{count} tasks approved")
     return ids
@@ -289,8 +301,8 @@ def prepare_tasks(eng: Engine, count: int) -> list[str]:
 def lifecycle(eng: Engine, task_id: str) -> None:
     """One job from enqueue to SUCCEEDED: dispatch, claim, start, heartbeat, complete (5 write tx)."""
     _task, dispatch, job = eng.dispatch(ADMIN, tenant=TENANT, task_id=task_id)
-    job_id: str = job["id"]
-    binding: Binding = persisted_binding(dispatch, WORKER.principal)
+    job_id = job.id
+    binding = dispatch.binding(WORKER.principal)
     bound = binding.as_dict()
 
     body: dict[str, Any] = {"binding": bound, "worker_instance": WORKER_INSTANCE}
@@ -301,16 +313,14 @@ def lifecycle(eng: Engine, task_id: str) -> None:
         worker_instance=WORKER_INSTANCE,
         idem=idem(f"bench:{job_id}:claim", body),
     )
-    lease = expect(claimed, "LEASED", "claim")["lease"]
-    lease_id, epoch = lease["lease_id"], lease["lease_epoch"]
-    held = {"binding": bound, "lease_id": lease_id, "lease_epoch": epoch}
+    lease = expect(claimed, "LEASED", "claim").lease.ref
+    held = {"binding": bound, "lease_id": lease.lease_id, "lease_epoch": lease.lease_epoch}
 
     started = eng.start(
         WORKER,
         job_id=job_id,
         binding=binding,
-        lease_id=lease_id,
-        lease_epoch=epoch,
+        lease=lease,
         idem=idem(f"bench:{job_id}:start", held),
     )
     expect(started, "RUNNING", "start")
@@ -320,8 +330,7 @@ def lifecycle(eng: Engine, task_id: str) -> None:
         WORKER,
         job_id=job_id,
         binding=binding,
-        lease_id=lease_id,
-        lease_epoch=epoch,
+        lease=lease,
         progress=progress,
         idem=idem(f"bench:{job_id}:heartbeat", held | {"progress": progress}),
     )
@@ -332,12 +341,11 @@ def lifecycle(eng: Engine, task_id: str) -> None:
         WORKER,
         job_id=job_id,
         binding=binding,
-        lease_id=lease_id,
-        lease_epoch=epoch,
+        lease=lease,
         result=result,
         idem=idem(f"bench:{job_id}:complete", held | {"result": result}),
     )
-    if expect(done, "SUCCEEDED", "complete").get("task_state") != "SUCCEEDED":
+    if expect(done, "SUCCEEDED", "complete").wire()["task_state"] != "SUCCEEDED":
         raise BenchFailure(f"complete: the task of {job_id} was not reconciled to SUCCEEDED")
 
 
@@ -480,8 +488,8 @@ def http_expect(response: httpx.Response, state: str, what: str) -> dict[str, An
 def http_lifecycle(eng: Engine, client: RuntimeClient, task_id: str) -> None:
     """Dispatch in process, then claim, start, heartbeat and complete as signed Runtime API requests."""
     _task, dispatch, job = eng.dispatch(ADMIN, tenant=TENANT, task_id=task_id)
-    job_id: str = job["id"]
-    bound = persisted_binding(dispatch, WORKER.principal).as_dict()
+    job_id = job.id
+    bound = dispatch.binding(WORKER.principal).as_dict()
 
     claim = {"binding": bound, "worker_instance": WORKER_INSTANCE}
     lease = http_expect(client.post(job_id, "claim", claim, key=f"bench:{job_id}:claim"), "LEASED", "claim")["lease"]
@@ -497,33 +505,106 @@ def http_lifecycle(eng: Engine, client: RuntimeClient, task_id: str) -> None:
         raise BenchFailure(f"complete: the task of {job_id} was not reconciled to SUCCEEDED")
 
 
-def measure_http(data_dir: Path, count: int) -> float:
+# A bare ASGI app for the echo floor: it reads the request body and answers a JSON object the size of a
+# claim's answer, on a socket made like the hub's (``IPPROTO_TCP``, so asyncio turns Nagle's algorithm
+# off, as for the hub), with the headers the hub's answers carry.
+ECHO_APP = """
+import socket, uvicorn
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    more = True
+    while more:
+        message = await receive()
+        more = message.get("more_body", False)
+    body = b'{"job":"job_x","pad":"' + b"p" * 300 + b'"}'
+    headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json"),
+               (b"cache-control", b"no-store")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+sock.bind(("127.0.0.1", 0))
+print(sock.getsockname()[1], flush=True)
+uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False)).run(sockets=[sock])
+"""
+
+
+@contextmanager
+def echo_server() -> Iterator[str]:
+    """The echo floor's uvicorn app in a child process; yields its base URL."""
+    code = textwrap.dedent(ECHO_APP)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, encoding="utf-8")
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        deadline = time.monotonic() + HUB_START_TIMEOUT_S
+        while True:  # the port is printed before uvicorn listens on it
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise BenchFailure("the echo app did not start") from None
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(proc)
+
+
+@dataclass(frozen=True)
+class HttpFigures:
+    lifecycle_per_s: float
+    echo_p50_ms: float
+
+
+def measure_http(data_dir: Path, count: int) -> HttpFigures:
     import httpx
 
     from talaria.testing.runtime_client import RuntimeClient
 
     data_dir.mkdir()
     secret = secrets.token_hex(32)  # a throw-away proxy secret shared with the child hub only
-    with hub_process(data_dir, secret) as url:
-        log(f"http: hub listening on {url}")
+    with hub_process(data_dir, secret) as url, echo_server() as echo_url:
+        log(f"http: hub listening on {url}, echo app on {echo_url}")
         # The hub has migrated the database and run start-up recovery; tasks approved from now on
         # stay undispatched until the timed loop dispatches them.
         store = SQLiteStore(data_dir / "talaria.sqlite3")
         client = RuntimeClient(url, secret, principal=WORKER.principal, roles="runtime", tenant=TENANT)
+        echo = httpx.Client(base_url=echo_url, timeout=10.0)
+        echoes: list[float] = []
+
+        def echo_once() -> None:
+            """One round trip shaped like a Runtime API call: a body of a claim's size, signed like one by
+            the same client code, with an Idempotency-Key (the floor is the HTTP stack, not the door)."""
+            target = "/internal/runtime/v1/hermes/jobs/job_x/claim"
+            raw = json.dumps({"binding": {"job": "job_" + "x" * 26, "pad": "p" * 560}, "worker_instance": "w1"})
+            headers = client.headers("POST", target, raw.encode())
+            headers |= {"Content-Type": "application/json", "Idempotency-Key": secrets.token_hex(16)}
+            echo.post(target, content=raw, headers=headers)
+
         try:
             eng = Engine(store, SystemClock(), Settings(data_dir=data_dir))
             task_ids = prepare_tasks(eng, count)
+            for _ in range(50):  # warm the echo connection and app
+                echo_once()
             step = every(count)
-            started = time.perf_counter()
+            elapsed = 0.0
             try:
                 for i, task_id in enumerate(task_ids):
+                    started = time.perf_counter()
                     http_lifecycle(eng, client, task_id)
+                    elapsed += time.perf_counter() - started
+                    for _ in range(ECHOES_PER_LIFECYCLE):  # the floor, timed between lifecycles
+                        sent = time.perf_counter()
+                        echo_once()
+                        echoes.append((time.perf_counter() - sent) * 1000)
                     if (i + 1) % step == 0:
-                        log(f"http: {i + 1}/{count} lifecycles, {(i + 1) / (time.perf_counter() - started):.0f}/s")
+                        log(f"http: {i + 1}/{count} lifecycles, {(i + 1) / elapsed:.0f}/s")
             except httpx.HTTPError as exc:
                 raise BenchFailure(f"the Runtime API request failed: {exc!r}") from exc
-            rate = count / (time.perf_counter() - started)
+            rate = count / elapsed
         finally:
+            echo.close()
             client.close()
             store.close()
     store = SQLiteStore(data_dir / "talaria.sqlite3")
@@ -531,7 +612,7 @@ def measure_http(data_dir: Path, count: int) -> float:
         verify_chain(Engine(store, SystemClock(), Settings(data_dir=data_dir)), count)
     finally:
         store.close()
-    return rate
+    return HttpFigures(rate, statistics.median(echoes))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -576,14 +657,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging("WARNING")  # logs on stderr only; standard output carries the JSON object
-    http_rate: float | None = None
+    http: HttpFigures | None = None
     with tempfile.TemporaryDirectory(prefix="talaria-bench-", dir=args.dir) as tmp:
         data_dir = Path(tmp)
         log(f"bench: SQLite {sqlite3.sqlite_version} in {data_dir}")
         try:
             figures = measure(data_dir, args.jobs, args.raw_tx)
             if args.http:
-                http_rate = measure_http(data_dir / "http", args.jobs)
+                http = measure_http(data_dir / "http", args.jobs)
         except BenchFailure as exc:
             log(f"bench FAILED: {exc}")
             return 1
@@ -603,8 +684,18 @@ def main(argv: list[str] | None = None) -> int:
         "target_lifecycle_per_s": round(target, 1),
         "meets_target": life_rate >= target,
     }
-    if http_rate is not None:
-        out["http_lifecycle_per_s"] = round(http_rate, 1)
+    if http is not None:
+        # HTTP lifecycle time / (in-process lifecycle time + 4 echo round trips), all from this run
+        floor_s = 1 / life_rate + ECHOES_PER_LIFECYCLE * http.echo_p50_ms / 1000
+        ratio = (1 / http.lifecycle_per_s) / floor_s
+        out["http_lifecycle_per_s"] = round(http.lifecycle_per_s, 1)
+        out["echo_p50_ms"] = round(http.echo_p50_ms, 3)
+        out["http_overhead_ratio"] = round(ratio, 2)
+        out["meets_http_target"] = ratio <= HTTP_RATIO_TARGET
+        log(
+            f"bench: HTTP lifecycle {1000 / http.lifecycle_per_s:.2f} ms against {1000 / life_rate:.2f} ms in process "
+            f"+ 4 x {http.echo_p50_ms:.3f} ms echo: ratio {ratio:.2f} (target <= {HTTP_RATIO_TARGET})"
+        )
     log(
         f"bench: {life_rate:.1f} lifecycles/s against a target of {target:.1f}/s "
         f"({life_rate / target:.2f}x; raw {raw_rate:.1f} tx/s)"

@@ -7,6 +7,7 @@ the Unix epoch (UTC), which is what the store keeps and what the web API shows.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from datetime import UTC, datetime
@@ -48,6 +49,7 @@ class ManualClock:
             self._now = value
 
 
+@functools.lru_cache(maxsize=256)  # a transaction formats the same few instants several times
 def rfc3339(ms: int) -> str:
     """``2026-07-21T10:00:30.000Z`` for a millisecond timestamp."""
     dt = datetime.fromtimestamp(ms / 1000, tz=UTC)

@@ -24,8 +24,8 @@ def new_task(server: HubServer, *, cell: str = "local", profile: str = "default"
     task = engine.create_task(
         AUTHOR, tenant="default", title="t", spec={"prompt": "p"}, cell=cell, profile=profile, trace="ab" * 16
     )
-    engine.submit_task(AUTHOR, tenant="default", task_id=task["id"])
-    return str(task["id"])
+    engine.submit_task(AUTHOR, tenant="default", task_id=task.id)
+    return task.id
 
 
 def dispatched_job(server: HubServer, **kwargs: Any) -> tuple[str, dict[str, str]]:
@@ -33,7 +33,7 @@ def dispatched_job(server: HubServer, **kwargs: Any) -> tuple[str, dict[str, str
     task_id = new_task(server, **kwargs)
     _, dispatch, job = server.hub.engine.approve_and_dispatch(APPROVER, tenant="default", task_id=task_id)
     binding = dispatch_json(dispatch)["binding"]  # the nine fields the web API shows, without principal
-    return str(job["id"]), binding
+    return job.id, binding
 
 
 _OPEN: list[RuntimeClient] = []

@@ -325,24 +325,23 @@ def build_events(data_dir: Path) -> dict[str, Any]:
         task = engine.create_task(
             alice, tenant="default", title="x", spec={"prompt": "hi"}, cell="local", profile="default", trace="a" * 32
         )
-        engine.submit_task(alice, tenant="default", task_id=task["id"])
-        task, dispatch, job = engine.approve_and_dispatch(bob, tenant="default", task_id=task["id"])
+        engine.submit_task(alice, tenant="default", task_id=task.id)
+        task, dispatch, job = engine.approve_and_dispatch(bob, tenant="default", task_id=task.id)
         worker = Actor("worker-1", frozenset({"runtime"}), "trusted_proxy", "default")
         binding = Binding(
-            "default", task["id"], task["trace"], "worker-1", dispatch["provenance"], dispatch["run_id"],
-            dispatch["id"], job["id"], "local", "default",
+            "default", task.id, task.trace, "worker-1", dispatch.provenance, dispatch.run_id,
+            dispatch.id, job.id, "local", "default",
         )  # fmt: skip
-        lease = engine.claim(worker, job_id=job["id"], binding=binding, worker_instance="w1").data["lease"]
-        held = {"lease_id": lease["lease_id"], "lease_epoch": lease["lease_epoch"]}
-        engine.start(worker, job_id=job["id"], binding=binding, **held)
+        held = engine.claim(worker, job_id=job.id, binding=binding, worker_instance="w1").answer.lease.ref
+        engine.start(worker, job_id=job.id, binding=binding, lease=held)
         clock.advance(10)
-        engine.heartbeat(worker, job_id=job["id"], binding=binding, progress={"p": 1}, **held)
+        engine.heartbeat(worker, job_id=job.id, binding=binding, progress={"p": 1}, lease=held)
         result = {"outputs": {}, "artifacts": [], "summary": "ok"}
-        engine.complete(worker, job_id=job["id"], binding=binding, result=result, **held)
+        engine.complete(worker, job_id=job.id, binding=binding, result=result, lease=held)
         with store.read() as tx:
             head = tx.one("audit_head_get")
             events = tx.all("audit_scan", after_seq=0, limit=1000)
-            evidence = tx.all("evidence_for_events", job_id=job["id"])
+            evidence = tx.all("evidence_for_events", job_id=job.id)
     finally:
         store.close()
     assert head is not None
@@ -386,10 +385,10 @@ def test_engine_ids_carry_their_prefixes(tmp_path: Path) -> None:
     """lifecycle.md 1.2: the hub mints prefixed ULIDs (tsk_, dsp_, run_, job_, evt_, evd_)."""
     built = build_events(tmp_path / "D")
     ulid = r"[0-9A-HJKMNP-TV-Z]{26}"
-    assert re.fullmatch(rf"tsk_{ulid}", built["task"]["id"])
-    assert re.fullmatch(rf"dsp_{ulid}", built["dispatch"]["id"])
-    assert re.fullmatch(rf"run_{ulid}", built["dispatch"]["run_id"])
-    assert re.fullmatch(rf"job_{ulid}", built["job"]["id"])
+    assert re.fullmatch(rf"tsk_{ulid}", built["task"].id)
+    assert re.fullmatch(rf"dsp_{ulid}", built["dispatch"].id)
+    assert re.fullmatch(rf"run_{ulid}", built["dispatch"].run_id)
+    assert re.fullmatch(rf"job_{ulid}", built["job"].id)
     assert all(re.fullmatch(rf"evt_{ulid}", e["event_id"]) for e in built["events"])
     conn = sqlite3.connect(tmp_path / "D" / "talaria.sqlite3")
     try:

@@ -80,16 +80,13 @@ def test_a_hub_that_dies_between_the_turn_s_end_and_the_complete_commit_finishes
         env.start_runner()
         dispatcher = env.server.hub.dispatcher
         entered, released = threading.Event(), threading.Event()
-        real = dispatcher._lease_call
 
-        def stuck_complete(op: str, *args: Any, **kwargs: Any) -> Any:
-            if op != "complete":
-                return real(op, *args, **kwargs)
+        def stuck_complete(*args: Any, **kwargs: Any) -> Any:
             entered.set()  # the turn is over and recorded: the hub "dies" before the complete commits
             released.wait(30)
             raise RuntimeError("the hub is gone")  # never reaches the engine
 
-        monkeypatch.setattr(dispatcher, "_lease_call", stuck_complete)
+        monkeypatch.setattr(dispatcher, "_complete", stuck_complete)
         job = env.approved_job("finish me once")
         assert entered.wait(20), "the turn never ended"
         recorded = dispatcher.turns.get(job["id"])

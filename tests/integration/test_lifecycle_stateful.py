@@ -13,6 +13,7 @@ expected code and the engine's answer. The run also counts the paths it reached 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sqlite3
@@ -37,12 +38,33 @@ from talaria.canonical import canonical_json, digest, sha256_hex
 from talaria.clock import ManualClock, rfc3339
 from talaria.errors import TalariaError
 from talaria.lifecycle.actor import Actor
+from talaria.lifecycle.answers import Reply, body_of, encode
 from talaria.lifecycle.binding import FIELDS, Binding
-from talaria.lifecycle.context import IdemRequest, OpResult
+from talaria.lifecycle.context import IdemRequest
 from talaria.lifecycle.engine import Engine
+from talaria.lifecycle.records import LeaseRef
 from talaria.settings import ProfileOverride, Settings
 from talaria.store import migrations
 from talaria.store.sqlite import SQLiteStore
+
+
+@dataclass(frozen=True)
+class Wire:
+    """An engine reply as the Runtime API sends it (status, canonical body bytes, replayed)."""
+
+    status: int
+    body: bytes
+    replayed: bool
+
+    @classmethod
+    def of(cls, reply: Reply[Any]) -> Wire:
+        return cls(200, body_of(reply), reply.replayed)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        value: dict[str, Any] = json.loads(self.body)
+        return value
+
 
 TENANT = "default"
 CELL = "local"
@@ -498,22 +520,22 @@ class LifecycleMachine(RuleBasedStateMachine):
                 profile=profile,
                 trace=f"{idx:032x}",
             )
-            self.engine.submit_task(AUTHOR, tenant=TENANT, task_id=task["id"])
-            task, disp, job = self.engine.approve_and_dispatch(APPROVER, tenant=TENANT, task_id=task["id"])
-            assert job["max_attempts"] == max_attempts == self.settings.max_attempts_for(CELL, profile)
-            assert job["max_life_s"] == max_life_s == self.settings.max_life_for(CELL, profile)
+            self.engine.submit_task(AUTHOR, tenant=TENANT, task_id=task.id)
+            task, disp, job = self.engine.approve_and_dispatch(APPROVER, tenant=TENANT, task_id=task.id)
+            assert job.max_attempts == max_attempts == self.settings.max_attempts_for(CELL, profile)
+            assert job.max_life_s == max_life_s == self.settings.max_life_for(CELL, profile)
             persisted = {
                 "tenant": TENANT,
-                "task": task["id"],
-                "trace": task["trace"],
-                "provenance": disp["provenance"],
-                "run": disp["run_id"],
-                "dispatch": disp["id"],
-                "job": job["id"],
+                "task": task.id,
+                "trace": task.trace,
+                "provenance": disp.provenance,
+                "run": disp.run_id,
+                "dispatch": disp.id,
+                "job": job.id,
                 "cell": CELL,
                 "profile": profile,
             }
-            model_job = JobModel(idx, job["id"], persisted, job["max_attempts"], job["max_life_s"])
+            model_job = JobModel(idx, job.id, persisted, job.max_attempts, job.max_life_s)
             model_job.events.append(("hermes.job.enqueued", None, "QUEUED", None, 1, 0, None, "enqueue"))
             jobs.append(model_job)
         self.model = Model(jobs)
@@ -568,7 +590,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     def _binding(self, who: str, job: int) -> Binding:
         return self.model.jobs[job].binding(ACTORS[who].principal)
 
-    def _engine_call(self, req: Req) -> OpResult:
+    def _engine_call(self, req: Req) -> Reply[Any]:
         actor = ACTORS[req.who]
         job_id = self.model.jobs[req.job].id
         idem = IdemRequest(req.key_hash, req.request_digest)
@@ -579,8 +601,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         if req.op == "cancel_admin":
             return self.engine.cancel(actor, reason=req.payload, **common)
         assert req.lease is not None
-        lease_id, lease_epoch = req.lease
-        common |= {"lease_id": lease_id, "lease_epoch": lease_epoch}
+        common["lease"] = LeaseRef(*req.lease)
         if req.op == "start":
             return self.engine.start(actor, **common)
         if req.op == "heartbeat":
@@ -597,7 +618,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         now = self.clock.now_ms()
         expect = self.model.evaluate(req, now)
         try:
-            result: OpResult | None = self._engine_call(req)
+            result: Wire | None = Wire.of(self._engine_call(req))
             got: tuple[Any, ...] = (200, None)
         except TalariaError as exc:
             result = None
@@ -876,7 +897,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self._count_step()
         actor = ACTORS[who]
         m = self.model.jobs[job]
-        data = self.engine.status(actor, job_id=m.id, binding=self._binding(who, job)).data
+        data = json.loads(encode(self.engine.status(actor, job_id=m.id, binding=self._binding(who, job))))
         lease = None
         if m.state in LEASED:
             assert m.acquired_at is not None and m.expires_at is not None

@@ -248,7 +248,7 @@ def test_8_not_approved(hub: HubServer) -> None:
     pending = new_task(hub)
     rejected = new_task(hub)
     engine.reject_task(APPROVER, tenant="default", task_id=rejected, reason="no")
-    for task_id in (draft["id"], pending, rejected):
+    for task_id in (draft.id, pending, rejected):
         with pytest.raises(Exception) as refused:
             engine.dispatch(APPROVER, tenant="default", task_id=task_id)
         assert getattr(refused.value, "code", None) == "not_approved"
@@ -482,7 +482,7 @@ def test_23_crash_atomicity(hub: HubServer, fault_at: str) -> None:
 
     def fault(query: str) -> None:
         seen.append(query)
-        if query == fault_at and "job_update" in seen:
+        if query == fault_at and "job_finish" in seen:  # the job UPDATE of a complete
             raise sqlite3.OperationalError("disk I/O error (injected)")
 
     store.fault_hook = fault  # type: ignore[attr-defined]
@@ -500,7 +500,7 @@ def test_23_crash_atomicity(hub: HubServer, fault_at: str) -> None:
 
 
 def test_24_orchestrator_authority(hub: HubServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    from talaria.lifecycle import tasks
+    from talaria.lifecycle.tasks import TaskEntries as tasks
 
     calls: list[str] = []
     for name in ("create_task", "submit_task", "approve_task", "reject_task", "cancel_task", "dispatch"):

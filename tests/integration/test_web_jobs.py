@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ import pytest
 
 from talaria.clock import ManualClock
 from talaria.lifecycle.actor import Actor
+from talaria.lifecycle.answers import encode
 from talaria.lifecycle.binding import Binding
 from talaria.testing.hub_server import HubServer
 from tests.integration.web_support import (
@@ -63,7 +65,7 @@ def claim(web: Web, answer: dict[str, Any]) -> dict[str, Any]:
     """Claim the approved job as a Runtime API worker would, through the engine; the lease it got."""
     binding = Binding(**answer["dispatch"]["binding"], principal=WORKER.principal)
     result = web.server.hub.engine.claim(WORKER, job_id=answer["job"]["id"], binding=binding, worker_instance="w1")
-    lease: dict[str, Any] = result.data["lease"]
+    lease: dict[str, Any] = json.loads(encode(result.answer))["lease"]
     return lease
 
 

@@ -70,7 +70,12 @@ def test_names_the_engine_relies_on_exist() -> None:
     expected = {
         "job_insert",
         "job_update",
+        "job_claim",
+        "job_start",
+        "job_heartbeat",
+        "job_finish",
         "job_get",
+        "job_get_bound",
         "audit_insert",
         "audit_head_get",
         "audit_head_set",

@@ -38,11 +38,14 @@ log = structlog.get_logger("talaria.hub")
 
 
 class HubApp:
-    """The hub's ASGI app: the runner machine API's door (``machine_api.serve``) in front of FastAPI,
-    which serves everything else (web API, Runtime API, pages) and the lifespan."""
+    """The hub's ASGI app: the runner machine API's door (``machine_api.serve``) and, when enabled, the
+    Runtime API's well-formed requests (``runtime_routes.serve``, behind the same access log and error
+    guard as the rest) in front of FastAPI, which serves everything else (web API, the Runtime API's
+    odd requests, pages) and the lifespan."""
 
-    def __init__(self, web: FastAPI) -> None:
+    def __init__(self, web: FastAPI, *, runtime_api: bool = False) -> None:
         self.web = web
+        self.runtime = AccessLog(errors.InternalErrorGuard(runtime_routes.serve)) if runtime_api else None
 
     @property
     def state(self) -> State:
@@ -52,6 +55,9 @@ class HubApp:
         if machine_api.is_machine_path(scope):
             hub: Hub = self.web.state.hub  # typed, so mypy checks it offers what the machine API needs
             await machine_api.serve(hub, scope, receive, send)
+        elif self.runtime is not None and runtime_routes.match(scope) is not None:
+            scope["app"] = self.web  # what the handlers and the access log read the hub from, as under FastAPI
+            await self.runtime(scope, receive, send)
         else:
             await self.web(scope, receive, send)
 
@@ -104,4 +110,4 @@ def create_app(
     app.add_middleware(errors.InternalErrorGuard)
     app.add_middleware(BodyLimit)
     app.add_middleware(AccessLog)
-    return HubApp(app)
+    return HubApp(app, runtime_api=settings.runtime_api_enabled)

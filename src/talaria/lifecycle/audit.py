@@ -8,6 +8,7 @@ checks that the row's columns agree with C.
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,9 @@ from talaria.lifecycle.binding import Binding
 from talaria.store.interface import Store, Tx
 
 GENESIS = "0" * 64
+# The chain head each open write transaction has moved it to (the transaction object is the key, so an
+# entry ends with its transaction; a rolled-back transaction's entry is never read again).
+_heads: weakref.WeakKeyDictionary[Tx, tuple[int, str]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -50,10 +54,14 @@ def append(
     reason_code: str | None = None,
 ) -> str:
     """Append one event after the chain head; returns its ``event_id``. Raises on any failure."""
-    head = tx.one("audit_head_get")
+    head = _heads.get(tx)  # a second event of the same transaction follows the first one's head
     if head is None:
-        raise StoreUnavailable("the audit chain head is missing")
-    seq = int(head["seq"]) + 1
+        row = tx.one("audit_head_get")
+        if row is None:
+            raise StoreUnavailable("the audit chain head is missing")
+        head = (int(row["seq"]), row["hash"])
+    prev_seq, prev_hash = head
+    seq = prev_seq + 1
     event_id = mint("evt", now_ms)
     event: dict[str, Any] = {
         "event_id": event_id,
@@ -76,7 +84,7 @@ def append(
         "reason_code": reason_code,
     }
     body = canonical_json(event).decode("utf-8")
-    digest = sha256_hex(head["hash"] + "\n" + body)
+    digest = sha256_hex(prev_hash + "\n" + body)
     tx.run(
         "audit_insert",
         seq=seq,
@@ -94,11 +102,12 @@ def append(
         lease_epoch=lease_epoch,
         reason_code=reason_code,
         body=body,
-        prev_hash=head["hash"],
+        prev_hash=prev_hash,
         hash=digest,
     )
-    if tx.run("audit_head_set", seq=seq, hash=digest, expected_seq=head["seq"]) != 1:
+    if tx.run("audit_head_set", seq=seq, hash=digest, expected_seq=prev_seq) != 1:
         raise StoreUnavailable("the audit chain head moved during the transaction")
+    _heads[tx] = (seq, digest)
     return event_id
 
 

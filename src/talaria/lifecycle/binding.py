@@ -4,10 +4,47 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from talaria.errors import TalariaError
 from talaria.limits import MAX_BINDING_FIELD_CHARS
+
+
+class DispatchFields(Protocol):
+    """The persisted half of a binding, as ``records.Dispatch`` holds it."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def trace(self) -> str: ...
+    @property
+    def provenance(self) -> str: ...
+    @property
+    def cell(self) -> str: ...
+    @property
+    def profile(self) -> str: ...
+
+
+class JobFields(Protocol):
+    """The binding fields copied onto the job row (``records.Job``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def dispatch_id(self) -> str: ...
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def cell(self) -> str: ...
+    @property
+    def profile(self) -> str: ...
+
 
 FIELDS = ("tenant", "task", "trace", "principal", "provenance", "run", "dispatch", "job", "cell", "profile")
 
@@ -58,22 +95,6 @@ class Binding:
         }
 
 
-def persisted_binding(dispatch: Mapping[str, Any], principal: str) -> Binding:
-    """The binding a worker presents for a dispatched job, with ``principal`` filled in."""
-    return Binding(
-        tenant=dispatch["tenant"],
-        task=dispatch["task_id"],
-        trace=dispatch["trace"],
-        principal=principal,
-        provenance=dispatch["provenance"],
-        run=dispatch["run_id"],
-        dispatch=dispatch["id"],
-        job=dispatch["job_id"],
-        cell=dispatch["cell"],
-        profile=dispatch["profile"],
-    )
-
-
 def check_identity(binding: Binding, *, tenant: str, principal: str, path_job: str | None) -> None:
     """Step 1: tenant and principal against the caller (403), job against the path (409)."""
     if binding.tenant != tenant:
@@ -84,35 +105,30 @@ def check_identity(binding: Binding, *, tenant: str, principal: str, path_job: s
         raise TalariaError("binding_mismatch", "binding.job differs from the job in the path", status=409)
 
 
-def check_dispatch(binding: Binding, dispatch: Mapping[str, Any]) -> None:
-    """Step 3: against the persisted Dispatch."""
-    pairs = {
-        "dispatch": dispatch["id"],
-        "task": dispatch["task_id"],
-        "run": dispatch["run_id"],
-        "trace": dispatch["trace"],
-        "provenance": dispatch["provenance"],
-        "cell": dispatch["cell"],
-        "profile": dispatch["profile"],
-        "tenant": dispatch["tenant"],
-    }
-    _compare(binding, pairs, "dispatch")
+def check_dispatch(binding: Binding, dispatch: DispatchFields) -> None:
+    """Step 3: against the persisted Dispatch (tested in the order of lifecycle.md 6.3)."""
+    for name, presented, stored in (
+        ("dispatch", binding.dispatch, dispatch.id),
+        ("task", binding.task, dispatch.task_id),
+        ("run", binding.run, dispatch.run_id),
+        ("trace", binding.trace, dispatch.trace),
+        ("provenance", binding.provenance, dispatch.provenance),
+        ("cell", binding.cell, dispatch.cell),
+        ("profile", binding.profile, dispatch.profile),
+        ("tenant", binding.tenant, dispatch.tenant),
+    ):
+        if presented != stored:
+            raise TalariaError("binding_mismatch", f"binding.{name} does not match the dispatch", status=409)
 
 
-def check_job(binding: Binding, job: Mapping[str, Any]) -> None:
+def check_job(binding: Binding, job: JobFields) -> None:
     """Step 4: against the job row."""
-    pairs = {
-        "job": job["id"],
-        "dispatch": job["dispatch_id"],
-        "task": job["task_id"],
-        "cell": job["cell"],
-        "profile": job["profile"],
-    }
-    _compare(binding, pairs, "job")
-
-
-def _compare(binding: Binding, pairs: Mapping[str, Any], against: str) -> None:
-    presented = binding.as_dict()
-    for name, stored in pairs.items():
-        if presented[name] != stored:
-            raise TalariaError("binding_mismatch", f"binding.{name} does not match the {against}", status=409)
+    for name, presented, stored in (
+        ("job", binding.job, job.id),
+        ("dispatch", binding.dispatch, job.dispatch_id),
+        ("task", binding.task, job.task_id),
+        ("cell", binding.cell, job.cell),
+        ("profile", binding.profile, job.profile),
+    ):
+        if presented != stored:
+            raise TalariaError("binding_mismatch", f"binding.{name} does not match the job", status=409)

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import structlog
 
-from talaria.canonical import canonical_json, digest
+from talaria.canonical import digest
 from talaria.errors import TalariaError
 from talaria.lifecycle import journal
 from talaria.lifecycle.actor import Actor
-from talaria.lifecycle.binding import persisted_binding
-from talaria.lifecycle.context import Context
-from talaria.lifecycle.machine import JobOp, JobState, next_job_state
-from talaria.lifecycle.orchestrator import Orchestrator
+from talaria.lifecycle.answers import Ended, encode
+from talaria.lifecycle.context import Context, Signals
+from talaria.lifecycle.machine import LEASED_STATES, JobOp, JobState, next_job_state
+from talaria.lifecycle.records import Dispatch, Job
 from talaria.limits import REAPER_BATCH
-from talaria.store.interface import Row, Tx
+from talaria.store.interface import Tx
 
 log = structlog.get_logger("talaria.lifecycle")
 
@@ -23,24 +21,17 @@ EXHAUSTED = "lease_expired_exhausted"
 CANCEL_REQUESTED = "lease_expired_cancel_requested"
 
 
-def terminal_body(job: Row, revision: int, kind: str, result_digest: str) -> dict[str, Any]:
-    return {
-        "job": job["id"],
-        "state": kind,
-        "revision": revision,
-        "result_digest": result_digest,
-        "task_state": kind,
-        "dispatch_state": kind,
-    }
+def expire(
+    tx: Tx, now: int, job: Job, dispatch: Dispatch | None, *, actor: Actor, reason: str, signals: Signals
+) -> Job:
+    """Expire a due lease in ``tx``: requeue (row 10), or end FAILED (11) or CANCELLED (12).
 
-
-def expire(tx: Tx, now: int, job: Row, *, actor: Actor, reason: str, signals: list[tuple[str, str]]) -> Row:
-    """Expire a due lease in ``tx``: requeue (row 10), or end FAILED (11) or CANCELLED (12)."""
-    cancel = bool(job["cancel_requested"])
+    ``dispatch`` is the job's Dispatch when the caller has read it in ``tx`` (else it is read here)."""
+    cancel = job.cancel_requested
     to_state = next_job_state(
-        job["state"], JobOp.EXPIRE, exhausted=job["attempt"] >= job["max_attempts"], cancel_requested=cancel
+        job.state, JobOp.EXPIRE, exhausted=job.attempt >= job.max_attempts, cancel_requested=cancel
     )
-    epoch = job["lease_epoch"] + 1
+    epoch = job.lease_epoch + 1
     base = dict(journal.CLEARED_LEASE, lease_epoch=epoch, state=to_state)
     if to_state == JobState.QUEUED:
         after = journal.apply(
@@ -57,11 +48,10 @@ def expire(tx: Tx, now: int, job: Row, *, actor: Actor, reason: str, signals: li
             require_due=True,
             require_no_cancel=True,
         )
-        signals.append(("requeued", job["id"]))
+        signals.append(("requeued", job.id))
         return after
     code = CANCEL_REQUESTED if cancel else EXHAUSTED
     result_digest = digest({"reason_code": code})
-    body = canonical_json(terminal_body(job, job["revision"] + 1, to_state, result_digest))
     changes = base | {
         "finished_at": now,
         "terminal_kind": to_state,
@@ -69,7 +59,7 @@ def expire(tx: Tx, now: int, job: Row, *, actor: Actor, reason: str, signals: li
         "terminal_lease_id": None,
         "terminal_epoch": epoch,
         "result_digest": result_digest,
-        "terminal_response": body,
+        "terminal_response": encode(Ended(job.id, to_state, job.revision + 1, result_digest)),
     }
     after = journal.apply(
         tx,
@@ -84,39 +74,29 @@ def expire(tx: Tx, now: int, job: Row, *, actor: Actor, reason: str, signals: li
         reason_code=code,
         require_due=True,
     )
-    journal.record_result(
+    if dispatch is None:
+        row = tx.one("dispatch_get", id=job.dispatch_id)
+        if row is None:
+            raise TalariaError("reconcile_rejected", "the job's dispatch is missing")
+        dispatch = Dispatch.from_row(row)
+    journal.conclude(
         tx,
         now,
-        job=job,
-        kind=to_state,
-        result_digest=result_digest,
+        ended=after,
+        dispatch=dispatch,
         payload={"reason_code": code},
-        lease_id=None,
-        lease_epoch=epoch,
         actor=actor,
+        binding=dispatch.binding(actor.principal),
         worker_instance=None,
+        signals=signals,
     )
-    dispatch = tx.one("dispatch_get", id=job["dispatch_id"])
-    if dispatch is None:
-        raise TalariaError("reconcile_rejected", "the job's dispatch is missing")
-    Orchestrator.reconcile_hermes(
-        tx,
-        now=now,
-        actor=actor,
-        job_id=job["id"],
-        terminal_kind=to_state,
-        result_digest=result_digest,
-        binding=persisted_binding(dispatch, actor.principal),
-        lease_epoch=epoch,
-    )
-    signals.append(("terminal", job["id"]))
     return after
 
 
-def expire_all_due(tx: Tx, now: int, *, actor: Actor, reason: str, limit: int, signals: list[tuple[str, str]]) -> int:
+def expire_all_due(tx: Tx, now: int, *, actor: Actor, reason: str, limit: int, signals: Signals) -> int:
     rows = tx.all("job_due", now=now, limit=limit)
     for row in rows:
-        expire(tx, now, row, actor=actor, reason=reason, signals=signals)
+        expire(tx, now, Job.from_row(row), None, actor=actor, reason=reason, signals=signals)
     return len(rows)
 
 
@@ -149,17 +129,12 @@ def _expire_one_by_one(ctx: Context, actor: Actor, reason: str) -> int:
     done = 0
     for row in due:
 
-        def one(
-            tx: Tx,
-            now: int,
-            signals: list[tuple[str, str]],
-            job_id: str = row["id"],
-            tenant: str = row["tenant"],
-        ) -> int:
-            job = tx.one("job_get", tenant=tenant, id=job_id)
-            if job is None or job["state"] not in (JobState.LEASED, JobState.RUNNING) or job["lease_expires_at"] > now:
+        def one(tx: Tx, now: int, signals: Signals, job_id: str = row["id"], tenant: str = row["tenant"]) -> int:
+            found = tx.one("job_get", tenant=tenant, id=job_id)
+            job = Job.from_row(found) if found is not None else None
+            if job is None or job.state not in LEASED_STATES or (job.lease_expires_at or 0) > now:
                 return 0
-            expire(tx, now, job, actor=actor, reason=reason, signals=signals)
+            expire(tx, now, job, None, actor=actor, reason=reason, signals=signals)
             return 1
 
         try:

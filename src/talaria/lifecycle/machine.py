@@ -31,6 +31,9 @@ class JobOp(StrEnum):
     EXPIRE = "expire"
 
 
+JOB_INITIAL = JobState.QUEUED
+"""Row 1: the state of a job the dispatch enqueues (``job_insert``)."""
+
 TERMINAL: frozenset[str] = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 LEASED_STATES: frozenset[str] = frozenset({JobState.LEASED, JobState.RUNNING})
 
@@ -67,6 +70,12 @@ EVIDENCE_KIND = {
     JobOp.FAIL: "fail",
     JobOp.HOLDER_CANCEL: "cancel",
 }
+# Admin cancel: row 8 ends a queued job like a holder's cancel; row 9 leaves a leased job's state and
+# sets ``cancel_requested``.
+ADMIN_CANCEL_AUDIT_TYPE = "hermes.job.cancelled"
+ADMIN_CANCEL_EVIDENCE_KIND = "cancel"
+CANCEL_FLAG_AUDIT_TYPE = "hermes.job.cancel_requested"
+CANCEL_FLAG_EVIDENCE_KIND = "cancel_request"
 TERMINAL_OF_OP = {
     JobOp.COMPLETE: JobState.SUCCEEDED,
     JobOp.FAIL: JobState.FAILED,
@@ -113,6 +122,9 @@ class TaskOp(StrEnum):
     DISPATCH = "dispatch"
     RECONCILE = "reconcile"
 
+
+TASK_INITIAL = TaskState.DRAFT
+"""The state of a created task (``task_insert``)."""
 
 TASK_FINAL: frozenset[str] = frozenset({TaskState.REJECTED, TaskState.CANCELLED, TaskState.SUCCEEDED, TaskState.FAILED})
 """Task states nothing leaves."""

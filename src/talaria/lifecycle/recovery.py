@@ -9,8 +9,9 @@ import structlog
 
 from talaria.errors import TalariaError
 from talaria.lifecycle.actor import Actor
-from talaria.lifecycle.context import Context
+from talaria.lifecycle.context import Context, Signals
 from talaria.lifecycle.expiry import expire_all_due, expire_due
+from talaria.lifecycle.records import Task
 from talaria.lifecycle.tasks import dispatch_in
 from talaria.store import migrations
 from talaria.store.interface import Tx
@@ -49,7 +50,7 @@ def recover(ctx: Context) -> RecoveryReport:
     dispatched = 0
     for task in undispatched:
         guard = Actor(principal, frozenset({"runtime"}), "recovery", tenant=task["tenant"])
-        ctx.write(functools.partial(_dispatch_one, ctx, guard, task["tenant"], task["id"]))
+        ctx.write(functools.partial(_dispatch_one, ctx, guard, Task.from_row(task)))
         dispatched += 1
     expired = ctx.write(
         lambda tx, now, signals: expire_all_due(
@@ -69,10 +70,8 @@ def recover(ctx: Context) -> RecoveryReport:
     return report
 
 
-def _dispatch_one(
-    ctx: Context, actor: Actor, tenant: str, task_id: str, tx: Tx, now: int, signals: list[tuple[str, str]]
-) -> object:
-    return dispatch_in(ctx, tx, now, actor, tenant, task_id, signals)
+def _dispatch_one(ctx: Context, actor: Actor, task: Task, tx: Tx, now: int, signals: Signals) -> object:
+    return dispatch_in(ctx.settings, tx, now, actor, task, signals)
 
 
 def sweep(ctx: Context) -> int:

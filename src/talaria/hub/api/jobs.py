@@ -15,11 +15,9 @@ from talaria.hub.api.visibility import visible_job, visible_task
 from talaria.hub.api.waiting import waiting_reason
 from talaria.hub.api.websession import WebRoute
 from talaria.hub.resources import Hub
-from talaria.lifecycle.binding import persisted_binding
 from talaria.lifecycle.machine import JobState
-from talaria.lifecycle.reads import result_payload
+from talaria.lifecycle.reads import AuditEntry, JobWithResult
 from talaria.limits import MAX_CANCEL_REASON_CHARS
-from talaria.store.interface import Row
 
 router = APIRouter(tags=["jobs", "audit"], route_class=WebRoute)
 
@@ -28,8 +26,8 @@ class CancelJob(StrictBody):
     reason: str = Field(min_length=1, max_length=MAX_CANCEL_REASON_CHARS)
 
 
-def _job_view(hub: Hub, job: Row, result: Row | None) -> dict[str, Any]:
-    return job_json(job, result_payload(result), waiting_reason(hub, job))
+def _job_view(hub: Hub, found: JobWithResult) -> dict[str, Any]:
+    return job_json(found.job, found.result, waiting_reason(hub, found.job))
 
 
 @router.get("/api/jobs")
@@ -46,48 +44,44 @@ async def list_jobs(
     size = page_limit(limit)
     after = decode_cursor(cursor, (int, str))
 
-    def read() -> list[tuple[Row, Row | None]]:
-        with hub.store.read() as tx:
-            rows = tx.all(
-                "job_list",
-                tenant=user.account.tenant,
-                state=state,
-                cell=cell,
-                created_by=None if user.is_admin else user.account.principal,
-                cursor_at=after[0] if after else None,
-                cursor_id=after[1] if after else None,
-                limit=size + 1,
-            )
-            return [(row, tx.one("result_get", job_id=row["id"])) for row in rows]
+    def read() -> list[JobWithResult]:
+        return hub.engine.list_jobs(
+            user.account.tenant,
+            state=state,
+            cell=cell,
+            created_by=None if user.is_admin else user.account.principal,
+            after=(after[0], after[1]) if after else None,
+            limit=size + 1,
+        )
 
-    pairs = await run_in_threadpool(read)
-    more, pairs = len(pairs) > size, pairs[:size]
+    found = await run_in_threadpool(read)
+    more, found = len(found) > size, found[:size]
     return {
-        "jobs": [_job_view(hub, job, result) for job, result in pairs],
-        "nextCursor": encode_cursor(pairs[-1][0]["enqueued_at"], pairs[-1][0]["id"]) if more else None,
+        "jobs": [_job_view(hub, item) for item in found],
+        "nextCursor": encode_cursor(found[-1].job.enqueued_at, found[-1].job.id) if more else None,
     }
 
 
 @router.get("/api/jobs/{job_id}")
 async def get_job(job_id: str, user: UserDep, hub: HubDep) -> dict[str, Any]:
-    job, result = await run_in_threadpool(visible_job, hub, user, job_id)
-    return {"job": _job_view(hub, job, result)}
+    found = await run_in_threadpool(visible_job, hub, user, job_id)
+    return {"job": _job_view(hub, found)}
 
 
 @router.post("/api/jobs/{job_id}/cancel")
 async def cancel_job(job_id: str, body: CancelJob, admin: AdminDep, hub: HubDep) -> dict[str, Any]:
-    def run() -> tuple[Row, Row | None]:
-        job, _ = visible_job(hub, admin, job_id)
-        with hub.store.read() as tx:
-            dispatch = tx.one("dispatch_get", id=job["dispatch_id"])
+    def run() -> JobWithResult:
+        job = visible_job(hub, admin, job_id).job
+        dispatch = hub.engine.job_dispatch(job)
         if dispatch is None:
             raise TalariaError("dispatch_missing", "the job's dispatch is missing")
-        binding = persisted_binding(dispatch, admin.actor.principal)
-        hub.engine.cancel(admin.actor, job_id=job_id, binding=binding, reason=body.reason)
+        hub.engine.cancel(
+            admin.actor, job_id=job_id, binding=dispatch.binding(admin.actor.principal), reason=body.reason
+        )
         return visible_job(hub, admin, job_id)
 
-    job, result = await run_in_threadpool(run)
-    return {"job": _job_view(hub, job, result)}
+    found = await run_in_threadpool(run)
+    return {"job": _job_view(hub, found)}
 
 
 @router.get("/api/audit")
@@ -110,22 +104,16 @@ async def list_audit(
     size = page_limit(limit)
     after = decode_cursor(cursor, (int,))
 
-    def read() -> list[Row]:
-        with hub.store.read() as tx:
-            return tx.all(
-                "audit_list",
-                tenant=user.account.tenant,
-                task_id=task,
-                job_id=job,
-                before_seq=after[0] if after else None,
-                limit=size + 1,
-            )
+    def read() -> list[AuditEntry]:
+        return hub.engine.list_audit(
+            user.account.tenant, task_id=task, job_id=job, before_seq=after[0] if after else None, limit=size + 1
+        )
 
     rows = await run_in_threadpool(read)
     more, rows = len(rows) > size, rows[:size]
     return {
         "events": [audit_json(r) for r in rows],
-        "nextCursor": encode_cursor(rows[-1]["seq"]) if more else None,
+        "nextCursor": encode_cursor(rows[-1].seq) if more else None,
     }
 
 

@@ -18,8 +18,8 @@ from talaria.hub.api.waiting import waiting_reason
 from talaria.hub.api.websession import WebRoute
 from talaria.ids import trace_id
 from talaria.lifecycle.machine import TaskState
+from talaria.lifecycle.reads import TaskWithJob
 from talaria.limits import MAX_REJECT_REASON_CHARS, MAX_TASK_PROMPT_CHARS, MAX_TASK_TITLE_CHARS
-from talaria.store.interface import Row
 
 router = APIRouter(prefix="/api/tasks", tags=["tasks"], route_class=WebRoute)
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
@@ -76,30 +76,27 @@ async def list_tasks(
     size = page_limit(limit)
     after = decode_cursor(cursor, (int, str))
 
-    def read() -> list[Row]:
-        with hub.store.read() as tx:
-            return tx.all(
-                "task_list",
-                tenant=user.account.tenant,
-                created_by=None if user.is_admin else user.account.principal,
-                state=state,
-                cursor_at=after[0] if after else None,
-                cursor_id=after[1] if after else None,
-                limit=size + 1,
-            )
+    def read() -> list[TaskWithJob]:
+        return hub.engine.list_tasks(
+            user.account.tenant,
+            created_by=None if user.is_admin else user.account.principal,
+            state=state,
+            after=(after[0], after[1]) if after else None,
+            limit=size + 1,
+        )
 
     rows = await run_in_threadpool(read)
     more, rows = len(rows) > size, rows[:size]
     return {
-        "tasks": [task_json(r) for r in rows],
-        "nextCursor": encode_cursor(rows[-1]["created_at"], rows[-1]["id"]) if more else None,
+        "tasks": [task_json(r.task, r.job_id) for r in rows],
+        "nextCursor": encode_cursor(rows[-1].task.created_at, rows[-1].task.id) if more else None,
     }
 
 
 @router.get("/{task_id}")
 async def get_task(task_id: str, user: UserDep, hub: HubDep) -> dict[str, Any]:
-    task, job_id = await run_in_threadpool(visible_task, hub, user, task_id)
-    return {"task": task_json(task, job_id)}
+    found = await run_in_threadpool(visible_task, hub, user, task_id)
+    return {"task": task_json(found.task, found.job_id)}
 
 
 @router.post("/{task_id}/submit")
@@ -118,7 +115,7 @@ async def approve_task(task_id: str, admin: AdminDep, hub: HubDep) -> dict[str, 
         lambda: hub.engine.approve_and_dispatch(admin.actor, tenant=admin.account.tenant, task_id=task_id)
     )
     return {
-        "task": task_json(task, job["id"]),
+        "task": task_json(task, job.id),
         "dispatch": dispatch_json(dispatch),
         "job": job_json(job, None, waiting_reason(hub, job)),
     }
@@ -140,5 +137,5 @@ async def cancel_task(task_id: str, user: UserDep, hub: HubDep, body: CancelTask
     await run_in_threadpool(
         lambda: hub.engine.cancel_task(user.actor, tenant=user.account.tenant, task_id=task_id, reason=reason)
     )
-    task, job_id = await run_in_threadpool(visible_task, hub, user, task_id)
-    return {"task": task_json(task, job_id)}
+    found = await run_in_threadpool(visible_task, hub, user, task_id)
+    return {"task": task_json(found.task, found.job_id)}

@@ -9,116 +9,116 @@ from typing import Any
 from talaria.errors import TalariaError
 from talaria.lifecycle.actor import username_of
 from talaria.lifecycle.binding import FIELDS
+from talaria.lifecycle.reads import AuditEntry
+from talaria.lifecycle.records import Dispatch, Job, Task
 from talaria.limits import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT
-from talaria.store.interface import Row
 
 
-def task_json(task: Row, job_id: str | None = None) -> dict[str, Any]:
+def task_json(task: Task, job_id: str | None = None) -> dict[str, Any]:
     return {
-        "id": task["id"],
-        "tenant": task["tenant"],
-        "title": task["title"],
-        "prompt": json.loads(task["spec"]).get("prompt"),
-        "cell": task["cell"],
-        "profile": task["profile"],
-        "state": task["state"],
-        "revision": task["revision"],
-        "createdBy": username_of(task["created_by"]),
-        "createdAt": task["created_at"],
-        "submittedAt": task["submitted_at"],
-        "approvedBy": username_of(task["approved_by"]),
-        "approvedAt": task["approved_at"],
-        "rejectedBy": username_of(task["rejected_by"]),
-        "rejectedAt": task["rejected_at"],
-        "rejectionReason": task["rejection_reason"],
-        "finishedAt": task["finished_at"],
-        "jobId": job_id if job_id is not None else task.get("job_id"),
+        "id": task.id,
+        "tenant": task.tenant,
+        "title": task.title,
+        "prompt": json.loads(task.spec).get("prompt"),
+        "cell": task.cell,
+        "profile": task.profile,
+        "state": task.state,
+        "revision": task.revision,
+        "createdBy": username_of(task.created_by),
+        "createdAt": task.created_at,
+        "submittedAt": task.submitted_at,
+        "approvedBy": username_of(task.approved_by),
+        "approvedAt": task.approved_at,
+        "rejectedBy": username_of(task.rejected_by),
+        "rejectedAt": task.rejected_at,
+        "rejectionReason": task.rejection_reason,
+        "finishedAt": task.finished_at,
+        "jobId": job_id,
     }
 
 
-def dispatch_json(dispatch: Row) -> dict[str, Any]:
+def dispatch_json(dispatch: Dispatch) -> dict[str, Any]:
     binding = {
-        "tenant": dispatch["tenant"],
-        "task": dispatch["task_id"],
-        "trace": dispatch["trace"],
-        "provenance": dispatch["provenance"],
-        "run": dispatch["run_id"],
-        "dispatch": dispatch["id"],
-        "job": dispatch["job_id"],
-        "cell": dispatch["cell"],
-        "profile": dispatch["profile"],
+        "tenant": dispatch.tenant,
+        "task": dispatch.task_id,
+        "trace": dispatch.trace,
+        "provenance": dispatch.provenance,
+        "run": dispatch.run_id,
+        "dispatch": dispatch.id,
+        "job": dispatch.job_id,
+        "cell": dispatch.cell,
+        "profile": dispatch.profile,
     }
     assert set(binding) == set(FIELDS) - {"principal"}
     return {
-        "id": dispatch["id"],
-        "runId": dispatch["run_id"],
-        "trace": dispatch["trace"],
-        "provenance": dispatch["provenance"],
-        "cell": dispatch["cell"],
-        "profile": dispatch["profile"],
-        "status": dispatch["status"],
+        "id": dispatch.id,
+        "runId": dispatch.run_id,
+        "trace": dispatch.trace,
+        "provenance": dispatch.provenance,
+        "cell": dispatch.cell,
+        "profile": dispatch.profile,
+        "status": dispatch.status,
         "binding": binding,
     }
 
 
-def job_json(job: Row, result: Any, waiting_reason: str | None) -> dict[str, Any]:
+def job_json(job: Job, result: Any, waiting_reason: str | None) -> dict[str, Any]:
     lease = None
-    if job["lease_id"] is not None:
+    if job.lease_id is not None:
         lease = {
-            "epoch": job["lease_epoch"],
-            "ownerPrincipal": job["lease_owner_principal"],
-            "ownerInstance": job["lease_owner_instance"],
-            "acquiredAt": job["lease_acquired_at"],
-            "expiresAt": job["lease_expires_at"],
-            "lastHeartbeatAt": job["last_heartbeat_at"],
+            "epoch": job.lease_epoch,
+            "ownerPrincipal": job.lease_owner_principal,
+            "ownerInstance": job.lease_owner_instance,
+            "acquiredAt": job.lease_acquired_at,
+            "expiresAt": job.lease_expires_at,
+            "lastHeartbeatAt": job.last_heartbeat_at,
         }
     terminal = None
-    if job["terminal_kind"] is not None:
+    if job.terminal_kind is not None:
         terminal = {
-            "kind": job["terminal_kind"],
-            "reasonCode": job["terminal_reason"],
-            "resultDigest": job["result_digest"],
-            "finishedAt": job["finished_at"],
+            "kind": job.terminal_kind,
+            "reasonCode": job.terminal_reason,
+            "resultDigest": job.result_digest,
+            "finishedAt": job.finished_at,
         }
     return {
-        "id": job["id"],
-        "taskId": job["task_id"],
-        "cell": job["cell"],
-        "profile": job["profile"],
-        "state": job["state"],
-        "attempt": job["attempt"],
-        "maxAttempts": job["max_attempts"],
-        "revision": job["revision"],
-        "cancelRequested": bool(job["cancel_requested"]),
-        "enqueuedAt": job["enqueued_at"],
-        "startedAt": job["started_at"],
+        "id": job.id,
+        "taskId": job.task_id,
+        "cell": job.cell,
+        "profile": job.profile,
+        "state": job.state,
+        "attempt": job.attempt,
+        "maxAttempts": job.max_attempts,
+        "revision": job.revision,
+        "cancelRequested": job.cancel_requested,
+        "enqueuedAt": job.enqueued_at,
+        "startedAt": job.started_at,
         "lease": lease,
         "terminal": terminal,
         "result": result,
-        "waitingReason": waiting_reason if job["state"] == "QUEUED" else None,
+        "waitingReason": waiting_reason if job.state == "QUEUED" else None,
     }
 
 
-def audit_json(row: Row) -> dict[str, Any]:
-    body = json.loads(row["body"])
+def audit_json(entry: AuditEntry) -> dict[str, Any]:
     evidence = None
-    if row.get("evidence_kind") is not None:
-        evidence = {"kind": row["evidence_kind"], "contentDigest": row["evidence_digest"]}
+    if entry.evidence_kind is not None:
+        evidence = {"kind": entry.evidence_kind, "contentDigest": entry.evidence_digest}
     return {
-        "seq": row["seq"],
-        "eventId": row["event_id"],
-        "occurredAt": row["occurred_at"],
-        "type": row["type"],
-        "actor": body["actor"],
-        "subject": body["subject"],
-        "fromState": row["from_state"],
-        "toState": row["to_state"],
-        "revisionBefore": row["revision_before"],
-        "revisionAfter": row["revision_after"],
-        "leaseEpoch": row["lease_epoch"],
-        "reasonCode": row["reason_code"],
-        "prevHash": row["prev_hash"],
-        "hash": row["hash"],
+        "seq": entry.seq,
+        "eventId": entry.event_id,
+        "occurredAt": entry.occurred_at,
+        "type": entry.type,
+        "actor": entry.body["actor"],
+        "subject": entry.body["subject"],
+        "fromState": entry.from_state,
+        "toState": entry.to_state,
+        "revisionBefore": entry.revision_before,
+        "revisionAfter": entry.revision_after,
+        "leaseEpoch": entry.lease_epoch,
+        "reasonCode": entry.reason_code,
+        "prevHash": entry.prev_hash,
+        "hash": entry.hash,
         "evidence": evidence,
     }
 

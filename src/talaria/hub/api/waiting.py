@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from talaria.store.interface import Row
+from talaria.lifecycle.records import Job
 
 if TYPE_CHECKING:
     from talaria.hub.resources import Hub
 
 
-def waiting_reason(hub: Hub, job: Row) -> str | None:
+def waiting_reason(hub: Hub, job: Job) -> str | None:
     """A sentence for people: which execution node would run the job and what it is waiting for."""
-    if job["state"] != "QUEUED":
+    if job.state != "QUEUED":
         return None
-    cell, profile = job["cell"], job["profile"]
-    record = hub.registry.for_source(job["tenant"], cell)
+    cell, profile = job.cell, job.profile
+    record = hub.registry.for_source(job.tenant, cell)
     workers = " or a Runtime API worker" if hub.settings.runtime_api_enabled else ""
     if record is None:
         if hub.settings.runtime_api_enabled:

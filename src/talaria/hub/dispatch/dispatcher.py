@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -35,9 +34,11 @@ from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
 from talaria.hub.timings import HubTimings
 from talaria.hub.turns.driver import TURN_TIMEOUT, TurnDriver, TurnHooks, TurnResult
 from talaria.lifecycle.actor import RUNTIME, Actor, username_of
+from talaria.lifecycle.answers import Discovered
 from talaria.lifecycle.binding import Binding
 from talaria.lifecycle.context import IdemRequest
 from talaria.lifecycle.engine import Engine
+from talaria.lifecycle.records import LeaseRef
 from talaria.settings import Settings
 from talaria.store.interface import Store
 
@@ -61,8 +62,7 @@ PRE_SUBMIT_RETRY = frozenset({"runner_offline", "runner_command_uncertain", "run
 class Lease:
     job_id: str
     binding: Binding
-    lease_id: str
-    lease_epoch: int
+    ref: LeaseRef
     attempt: int
     life_end_ms: int  # acquired + max_life_s: the lease cannot be renewed past this
     expires_ms: int  # when the lease runs out unless renewed (a conservative reading of the hub's clock)
@@ -197,19 +197,17 @@ class Dispatcher:
                 out.append(record)
         return out
 
-    def _next_job(self, record: RunnerRecord) -> dict[str, Any] | None:
+    def _next_job(self, record: RunnerRecord) -> Discovered | None:
         actor = self.actor(record.tenant)
         for profile in record.allowed_profiles:
-            found = self.engine.discover(
-                actor, tenant=record.tenant, cell=record.source, profile=profile, limit=100
-            ).data["jobs"]
-            for job in found:
-                if job["binding"]["job"] not in self.running:
-                    return dict(job)
+            found = self.engine.discover(actor, tenant=record.tenant, cell=record.source, profile=profile, limit=100)
+            for job in found.jobs:
+                if job.binding.job not in self.running:
+                    return job
         return None
 
-    def _launch(self, record: RunnerRecord, job: dict[str, Any]) -> None:
-        job_id = job["binding"]["job"]
+    def _launch(self, record: RunnerRecord, job: Discovered) -> None:
+        job_id = job.binding.job
         self.per_runner[record.id] += 1
         task = asyncio.get_running_loop().create_task(self._run_job(record, job))
         self.running[job_id] = task
@@ -227,56 +225,78 @@ class Dispatcher:
         key = f"{self.worker_instance}:{job_id}:{attempt}:{op}"
         return IdemRequest(sha256_hex(key), digest(body))
 
-    def _claim(self, record: RunnerRecord, job: dict[str, Any]) -> Lease | None:
+    def _claim(self, record: RunnerRecord, job: Discovered) -> Lease | None:
         actor = self.actor(record.tenant)
-        binding = Binding.parse(job["binding"])
+        binding = job.binding
         body = {"binding": binding.as_dict(), "worker_instance": self.worker_instance}
         asked = self.clock.now_ms()  # the lease was acquired no earlier than this
         try:
             claimed = self.engine.claim(
                 actor, job_id=binding.job, binding=binding, worker_instance=self.worker_instance,
-                idem=self._idem(binding.job, int(job["attempt"]) + 1, "claim", body),
-            ).data  # fmt: skip
+                idem=self._idem(binding.job, job.attempt + 1, "claim", body),
+            ).answer  # fmt: skip
         except TalariaError as exc:
             log.info("dispatcher_claim_refused", job=binding.job, code=exc.code)
             return None
-        lease = claimed["lease"]
+        grant = claimed.lease
         return Lease(
-            binding.job, binding, lease["lease_id"], int(lease["lease_epoch"]), int(claimed["attempt"]),
-            life_end_ms=asked + int(lease["max_life_s"]) * 1000, expires_ms=asked + int(lease["ttl_s"]) * 1000,
+            binding.job, binding, grant.ref, claimed.attempt,
+            life_end_ms=asked + grant.max_life_s * 1000, expires_ms=asked + grant.ttl_s * 1000,
         )  # fmt: skip
 
-    def _lease_call(self, op: str, lease: Lease, **extra: Any) -> dict[str, Any]:
-        actor = self.actor(lease.binding.tenant)
-        body = {"binding": lease.binding.as_dict(), "lease_id": lease.lease_id, "lease_epoch": lease.lease_epoch}
+    def _held(self, lease: Lease, op: str, extra: dict[str, Any]) -> tuple[Actor, IdemRequest]:
+        """The actor and idempotency key of a holder call (the body digest is what the Runtime API would see)."""
+        body = {
+            "binding": lease.binding.as_dict(),
+            "lease_id": lease.ref.lease_id,
+            "lease_epoch": lease.ref.lease_epoch,
+        }
         body |= extra
-        idem = self._idem(lease.job_id, lease.attempt, f"{op}:{self.clock.now_ms()}" if op == "heartbeat" else op, body)
-        common: dict[str, Any] = {
-            "job_id": lease.job_id, "binding": lease.binding, "lease_id": lease.lease_id,
-            "lease_epoch": lease.lease_epoch, "idem": idem,
-        }  # fmt: skip
-        method = getattr(self.engine, op)
-        data: dict[str, Any] = method(actor, **common, **extra).data
-        return data
+        key = f"{op}:{self.clock.now_ms()}" if op == "heartbeat" else op
+        return self.actor(lease.binding.tenant), self._idem(lease.job_id, lease.attempt, key, body)
+
+    def _start(self, lease: Lease) -> None:
+        actor, idem = self._held(lease, "start", {})
+        self.engine.start(actor, job_id=lease.job_id, binding=lease.binding, lease=lease.ref, idem=idem)
+
+    def _beat(self, lease: Lease) -> bool:
+        """Renew the lease; whether a cancel was requested."""
+        actor, idem = self._held(lease, "heartbeat", {"progress": None})
+        beat = self.engine.heartbeat(
+            actor, job_id=lease.job_id, binding=lease.binding, lease=lease.ref, progress=None, idem=idem
+        )
+        return beat.answer.cancel_requested
+
+    def _complete(self, lease: Lease, result: dict[str, Any]) -> None:
+        actor, idem = self._held(lease, "complete", {"result": result})
+        self.engine.complete(
+            actor, job_id=lease.job_id, binding=lease.binding, lease=lease.ref, result=result, idem=idem
+        )
+
+    def _fail_call(self, lease: Lease, error: dict[str, Any]) -> None:
+        actor, idem = self._held(lease, "fail", {"error": error})
+        self.engine.fail(actor, job_id=lease.job_id, binding=lease.binding, lease=lease.ref, error=error, idem=idem)
+
+    def _cancel(self, lease: Lease, reason: str) -> None:
+        actor, idem = self._held(lease, "cancel", {"reason": reason})
+        self.engine.cancel(actor, job_id=lease.job_id, binding=lease.binding, reason=reason, lease=lease.ref, idem=idem)
 
     def _author(self, binding: Binding) -> AccountRef:
+        found = self.engine.task(binding.tenant, binding.task)
         with self.store.read() as tx:
-            task = tx.one("task_get", tenant=binding.tenant, id=binding.task)
-            account = tx.one("account_get", username=username_of(task["created_by"]) if task else "")
-        if task is None or account is None:
+            account = tx.one("account_get", username=username_of(found.task.created_by) if found else "")
+        if found is None or account is None:
             raise JobFailed(NOT_ADMITTED, "the task's author no longer exists")
         return AccountRef(str(account["username"]), str(account["tenant"]), int(account["auth_version"]))
 
     def _prompt(self, binding: Binding) -> str:
-        with self.store.read() as tx:
-            task = tx.one("task_get", tenant=binding.tenant, id=binding.task)
-        spec = json.loads(task["spec"]) if task else {}
-        prompt = spec.get("prompt") if isinstance(spec, dict) else None
-        if not isinstance(prompt, str) or not prompt:
+        found = self.engine.task(binding.tenant, binding.task)
+        prompt = found.task.prompt if found else None
+        if prompt is None:
             raise JobFailed(NOT_ADMITTED, "the task has no prompt")
         return prompt
 
-    async def _run_job(self, record: RunnerRecord, job: dict[str, Any]) -> None:
+    async def _run_job(self, record: RunnerRecord, job: Discovered) -> None:
         lease = await asyncio.to_thread(self._claim, record, job)
         if lease is None:
             return
@@ -285,7 +305,7 @@ class Dispatcher:
         heartbeat: asyncio.Task[None] | None = None
         try:
             author = await asyncio.to_thread(self._author, lease.binding)
-            await asyncio.to_thread(self._lease_call, "start", lease)
+            await asyncio.to_thread(self._start, lease)
             heartbeat = asyncio.get_running_loop().create_task(
                 self._heartbeat(lease, cancel, revoked, author, record.id)
             )
@@ -306,7 +326,7 @@ class Dispatcher:
                 raise JobFailed(ACCESS_REVOKED, "the author's access changed during the turn; it was interrupted")
             if result is None:
                 if not lease.lost:
-                    await asyncio.to_thread(self._lease_call, "cancel", lease, reason="cancel requested by an admin")
+                    await asyncio.to_thread(self._cancel, lease, "cancel requested by an admin")
                 return
             await self._finish(lease, result)
         except JobFailed as failed:
@@ -338,7 +358,7 @@ class Dispatcher:
             "artifacts": [],
             "summary": result.text[:SUMMARY_CHARS],
         }
-        await asyncio.to_thread(self._lease_call, "complete", lease, result=reply)
+        await asyncio.to_thread(self._complete, lease, reply)
 
     def _deadline_ms(self, lease: Lease) -> int:
         """When the job's turn must end: ``turns.max_turn_s`` from now, and never later than the lease can be
@@ -520,7 +540,7 @@ class Dispatcher:
                 wait = self.timings.heartbeat_retry_s
             sent = self.clock.now_ms()
             try:
-                beat = await asyncio.to_thread(self._lease_call, "heartbeat", lease, progress=None)
+                cancel_requested = await asyncio.to_thread(self._beat, lease)
             except Exception as exc:
                 code = exc.code if isinstance(exc, TalariaError) else type(exc).__name__
                 transient = not isinstance(exc, TalariaError) or exc.code in TRANSIENT
@@ -534,7 +554,7 @@ class Dispatcher:
                 cancel.set()
                 return
             lease.expires_ms = min(sent + ttl_ms, lease.life_end_ms)
-            if beat.get("cancel_requested"):
+            if cancel_requested:
                 cancel.set()
 
     def _still_allowed(self, author: AccountRef, runner_id: str, profile: str) -> bool:
@@ -544,6 +564,6 @@ class Dispatcher:
     async def _fail(self, lease: Lease, code: str, message: str) -> None:
         error = {"code": code, "message": message[:1000], "retryable": False}
         try:
-            await asyncio.to_thread(self._lease_call, "fail", lease, error=error)
+            await asyncio.to_thread(self._fail_call, lease, error)
         except TalariaError as exc:
             log.info("dispatcher_fail_refused", job=lease.job_id, code=exc.code)

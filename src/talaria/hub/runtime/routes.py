@@ -8,13 +8,14 @@ transaction. Rejections with 401, 403, 422 and the listed 409 codes write a secu
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from talaria.canonical import digest, sha256_hex
 from talaria.errors import TalariaError
@@ -24,9 +25,12 @@ from talaria.hub.resources import Hub
 from talaria.hub.runtime import bodies
 from talaria.hub.runtime.identity import ProxyIdentity, is_loopback, verify
 from talaria.hub.runtime.security_events import Rejection
+from talaria.lifecycle import answers
 from talaria.lifecycle.actor import PLATFORM_ADMIN, RUNTIME, Actor
+from talaria.lifecycle.answers import Reply
 from talaria.lifecycle.binding import FIELDS, check_identity
-from talaria.lifecycle.context import IdemRequest, OpResult
+from talaria.lifecycle.context import IdemRequest
+from talaria.lifecycle.records import LeaseRef
 from talaria.limits import MAX_BODY_BYTES
 
 PREFIX = "/internal/runtime/v1/hermes"
@@ -118,11 +122,12 @@ async def _gate(call: Call, *, post: bool) -> IdemRequest | None:
     return IdemRequest(sha256_hex(keys[0]), "")
 
 
-def _answer(result: OpResult) -> Response:
+def _answer(reply: Reply[Any]) -> Response:
+    """The door's one shaping step: the answer's canonical JSON (the stored bytes on a replay)."""
     headers = {"Cache-Control": "no-store"}
-    if result.replayed:
+    if reply.replayed:
         headers["Idempotent-Replayed"] = "true"
-    return Response(result.body, status_code=result.status, media_type="application/json", headers=headers)
+    return Response(answers.body_of(reply), status_code=200, media_type="application/json", headers=headers)
 
 
 def _record(call: Call, error: TalariaError) -> None:
@@ -165,7 +170,7 @@ def _hub(request: Request) -> Hub:
 async def discover(request: Request) -> Response:
     call = Call(_hub(request), request, PREFIX + "/jobs")
 
-    async def work() -> OpResult:
+    async def work() -> Reply[answers.Discovery]:
         await _gate(call, post=False)
         params = bodies.query(
             request.scope.get("query_string", b""),
@@ -178,7 +183,7 @@ async def discover(request: Request) -> Response:
                 raise bodies.bad("limit must be an integer between 1 and 100")
             limit = int(params["limit"])
         actor = call.actor()
-        return await run_in_threadpool(
+        found = await run_in_threadpool(
             call.hub.engine.discover,
             actor,
             tenant=params["tenant"],
@@ -187,6 +192,7 @@ async def discover(request: Request) -> Response:
             state=params["state"],
             limit=limit,
         )
+        return Reply(found)
 
     return await _run(call, work)
 
@@ -195,11 +201,11 @@ async def discover(request: Request) -> Response:
 async def status(request: Request, job: str) -> Response:
     call = Call(_hub(request), request, PREFIX + "/jobs/{job}", job=job)
 
-    async def work() -> OpResult:
+    async def work() -> Reply[answers.JobStatus]:
         await _gate(call, post=False)
         params = bodies.query(request.scope.get("query_string", b""), required=FIELDS)
         binding = bodies.binding_from_query(params)
-        return await run_in_threadpool(call.hub.engine.status, call.actor(), job_id=job, binding=binding)
+        return Reply(await run_in_threadpool(call.hub.engine.status, call.actor(), job_id=job, binding=binding))
 
     return await _run(call, work)
 
@@ -210,7 +216,7 @@ def _post(op: str) -> Callable[[Request, str], Any]:
     async def handler(request: Request, job: str) -> Response:
         call = Call(_hub(request), request, route, job=job)
 
-        async def work() -> OpResult:
+        async def work() -> Reply[Any]:
             idem = await _gate(call, post=True)
             assert idem is not None
             body = bodies.json_object(call.body, request.headers.get("content-type"))
@@ -224,7 +230,7 @@ def _post(op: str) -> Callable[[Request, str], Any]:
     return handler
 
 
-def _parse(op: str, body: dict[str, Any], actor: Actor, job: str) -> Callable[[Hub, IdemRequest], OpResult]:
+def _parse(op: str, body: dict[str, Any], actor: Actor, job: str) -> Callable[[Hub, IdemRequest], Reply[Any]]:
     """Body syntax, the operation's role and binding step 1; returns the engine call to make."""
     holder = {"lease_id", "lease_epoch"}
     if op == "claim":
@@ -261,25 +267,61 @@ def _parse(op: str, body: dict[str, Any], actor: Actor, job: str) -> Callable[[H
         raise TalariaError("role_forbidden", f"this operation needs the role {needed}")
     check_identity(binding, tenant=actor.tenant or "", principal=actor.principal, path_job=job)
 
-    def run(hub: Hub, idem: IdemRequest) -> OpResult:
+    held = LeaseRef(lease[0], lease[1]) if lease is not None else None
+
+    def run(hub: Hub, idem: IdemRequest) -> Reply[Any]:
         engine = hub.engine
-        common: dict[str, Any] = {"job_id": job, "binding": binding, "idem": idem}
-        if lease is not None:
-            common |= {"lease_id": lease[0], "lease_epoch": lease[1]}
         if op == "claim":
-            return engine.claim(actor, worker_instance=payload, **common)
+            return engine.claim(actor, job_id=job, binding=binding, worker_instance=payload, idem=idem)
+        if op == "cancel":
+            return engine.cancel(actor, job_id=job, binding=binding, reason=payload, lease=held, idem=idem)
+        assert held is not None
         if op == "start":
-            return engine.start(actor, **common)
+            return engine.start(actor, job_id=job, binding=binding, lease=held, idem=idem)
         if op == "heartbeat":
-            return engine.heartbeat(actor, progress=payload, **common)
+            return engine.heartbeat(actor, job_id=job, binding=binding, lease=held, progress=payload, idem=idem)
         if op == "complete":
-            return engine.complete(actor, result=payload, **common)
-        if op == "fail":
-            return engine.fail(actor, error=payload, **common)
-        return engine.cancel(actor, reason=payload, **common)
+            return engine.complete(actor, job_id=job, binding=binding, lease=held, result=payload, idem=idem)
+        return engine.fail(actor, job_id=job, binding=binding, lease=held, error=payload, idem=idem)
 
     return run
 
 
-for _op in ("claim", "start", "heartbeat", "complete", "fail", "cancel"):
-    router.add_api_route("/jobs/{job}/" + _op, _post(_op), methods=["POST"])
+_POSTS = {op: _post(op) for op in ("claim", "start", "heartbeat", "complete", "fail", "cancel")}
+for _op, _handler in _POSTS.items():
+    router.add_api_route("/jobs/{job}/" + _op, _handler, methods=["POST"])
+
+Handler = Callable[[Request], Awaitable[Response]]
+_JOBS = PREFIX + "/jobs"
+
+
+def match(scope: Scope) -> Handler | None:
+    """The handler FastAPI's router picks for a well-formed Runtime API request (the same path patterns:
+    ``{job}`` is one or more characters other than ``/``), or None: then FastAPI answers as before
+    (unknown paths, wrong methods, trailing slashes, HEAD)."""
+    if scope["type"] != "http" or scope.get("root_path") or not scope["path"].startswith(_JOBS):
+        return None
+    rest, method = scope["path"][len(_JOBS) :], scope["method"]
+    if not rest:
+        return discover if method == "GET" else None
+    parts = rest.split("/")
+    if parts[0] or not parts[1]:
+        return None
+    job = parts[1]
+    if len(parts) == 2 and method == "GET":
+        return lambda request: status(request, job)
+    if len(parts) == 3 and method == "POST" and parts[2] in _POSTS:
+        handler = _POSTS[parts[2]]
+        return lambda request: handler(request, job)
+    return None
+
+
+async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer a request ``match`` accepted, without the framework's router: the Runtime API is a hot path
+    (every worker step), and routing through the whole web app's route list and dependency solver cost
+    more than the rest of the door. The hub's ASGI app wraps this in the same access log and error guard
+    as FastAPI's stack; the handlers, and so every answer, are the ones FastAPI would call."""
+    handler = match(scope)
+    assert handler is not None
+    response = await handler(Request(scope, receive))
+    await response(scope, receive, send)

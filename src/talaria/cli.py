@@ -65,6 +65,38 @@ def cmd_create_user(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_set_user(args: argparse.Namespace) -> int:
+    """``talaria admin set-user USERNAME [--enable|--disable] [--role ROLE] [--password-stdin]``: recovery from the
+    command line (web-api.md 8). The tenant's last enabled admin is refused like in the web API (``last_admin``)."""
+    from talaria.accounts.service import Accounts
+    from talaria.clock import SystemClock
+    from talaria.store import migrations
+
+    changes: dict[str, object] = {}
+    if args.enabled is not None:
+        changes["enabled"] = args.enabled
+    if args.role is not None:
+        changes["role"] = args.role
+    if args.password_stdin:
+        changes["password"] = sys.stdin.readline().removesuffix("\n").removesuffix("\r")
+    if not changes:
+        print("talaria: say what to change: --enable, --disable, --role or --password-stdin", file=sys.stderr)
+        return 2
+    store = SQLiteStore(_data_dir(args.data_dir) / "talaria.sqlite3")
+    try:
+        migrations.upgrade(store)
+        accounts = Accounts(store, SystemClock())
+        current = accounts.get(args.username)
+        if current is None:
+            raise TalariaError("not_found", f"no account {args.username}")
+        account = accounts.update(args.username, current.tenant, changes)
+    finally:
+        store.close()
+    state = "enabled" if account.enabled else "disabled"
+    print(f"updated {account.username} in tenant {account.tenant}: {account.role}, {state}")
+    return 0
+
+
 def cmd_runners(args: argparse.Namespace) -> int:
     """``talaria admin runners list|register|disable`` for scripted set-ups (runner-protocol.md 2)."""
     import json
@@ -223,6 +255,16 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--allow", action="append", metavar="SOURCE:PROFILE", help="an allowed profile (repeatable)")
     create.add_argument("--team", action="store_true", help="may manage team bots")
     create.set_defaults(func=cmd_create_user)
+
+    set_user = admin.add_parser("set-user", help="enable, disable, change the role or the password of an account")
+    set_user.add_argument("username")
+    set_user.add_argument("--data-dir", default=None)
+    state = set_user.add_mutually_exclusive_group()
+    state.add_argument("--enable", dest="enabled", action="store_const", const=True, default=None)
+    state.add_argument("--disable", dest="enabled", action="store_const", const=False)
+    set_user.add_argument("--role", choices=["admin", "user"], default=None)
+    set_user.add_argument("--password-stdin", action="store_true", help="read the new password from standard input")
+    set_user.set_defaults(func=cmd_set_user)
 
     runners = admin.add_parser("runners", help="execution nodes").add_subparsers(dest="runners_command", required=True)
     listing = runners.add_parser("list", help="list the registered runners")

@@ -101,10 +101,23 @@ def test_usernames_of_1_to_64_allowed_characters_are_accepted(web: Web) -> None:
 
 
 def test_bad_usernames_are_400(web: Web) -> None:
-    for username in ("Alice", "a" * 65, "", "with space", "ümlaut", "a/b", "a@b"):
+    bad = ("Alice", "a" * 65, "", "with space", "ümlaut", "a/b", "a@b", ".", "..", ".hidden", "-dash", "_under")
+    for username in bad:
         response = web.admin.post("/api/admin/accounts", json=new_account(username))
-        assert_error(response, 400, "invalid_request", username)
+        body = assert_error(response, 400, "invalid_request", username)
+        assert "username" in body["error"], body
     assert len(web.admin.get("/api/admin/accounts").json()["accounts"]) == 3
+
+
+def test_the_last_enabled_admin_of_a_tenant_cannot_disable_or_demote_itself(web: Web) -> None:
+    for change in ({"enabled": False}, {"role": "user"}):
+        refused = web.admin.patch("/api/admin/accounts/ada", json=change)
+        assert_error(refused, 409, "last_admin", change)
+    assert account_of(web, "ada")["enabled"] is True and account_of(web, "ada")["role"] == "admin"
+    assert account_of(web, "ada")["authVersion"] == 1  # nothing changed
+    promoted = web.admin.patch("/api/admin/accounts/ulf", json={"role": "admin"})
+    assert promoted.status_code == 200, promoted.text
+    assert web.admin.patch("/api/admin/accounts/ada", json={"role": "user"}).status_code == 200  # ulf remains
 
 
 def test_passwords_of_12_to_1024_characters_are_accepted(web: Web) -> None:

@@ -129,6 +129,10 @@ class Accounts:
             enabled = bool(changes.get("enabled", current.enabled))
             profiles = check_allowed_profiles(changes.get("allowedProfiles", current.allowed_profiles))
             team = bool(changes.get("canManageTeam", current.can_manage_team))
+            leaves = current.role == "admin" and current.enabled and (role != "admin" or not enabled)
+            others = tx.one("account_count_other_enabled_admins", tenant=tenant, username=username) if leaves else None
+            if others is not None and not others["n"]:
+                raise TalariaError("last_admin", "the tenant's last enabled admin cannot be disabled or demoted")
             if new_hash is None and (role, enabled, profiles, team) == (
                 current.role,
                 current.enabled,

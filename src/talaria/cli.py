@@ -210,7 +210,7 @@ def cmd_runner(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from talaria.demo import run_demo
 
-    return run_demo(keep_serving=not args.exit, port=args.port)
+    return run_demo(keep_serving=not args.exit, port=args.port, keep=args.keep)
 
 
 def cmd_model_server(args: argparse.Namespace) -> int:
@@ -304,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the product end to end on a temporary data directory")
     demo.add_argument("--exit", action="store_true", help="stop the hub when the demo is done")
     demo.add_argument("--port", type=int, default=0, help="hub port (default: any free port)")
+    demo.add_argument("--keep", action="store_true", help="keep the data directory (it holds the demo's secrets)")
     demo.set_defaults(func=cmd_demo)
 
     hermes = sub.add_parser("hermes", help="the local Hermes").add_subparsers(dest="hermes_command", required=True)

@@ -606,12 +606,18 @@ def test_demo_runs_to_completion_on_real_hermes(tmp_path: Path) -> None:
     assert "the hub's dispatcher ran it on the node: job SUCCEEDED in attempt 1" in result.stdout
     assert "job.claimed by talaria-hub" in result.stdout and "job.completed by talaria-hub" in result.stdout
     assert "audit chain OK" in result.stdout
+    left = [p.name for p in tmp_path.iterdir() if p.name.startswith("talaria-demo-")]
+    assert left == [], "the demo's data directory (passwords, secret.key, a runner token) is removed at the end"
+    assert "removed the data directory" in result.stdout.splitlines()[-1]
 
 
 @pytest.mark.slow
 def test_demo_falls_back_to_the_fixture_and_says_so(tmp_path: Path) -> None:
     env = clean_env(TMPDIR=str(tmp_path), TALARIA_HERMES_BIN=str(tmp_path / "no-hermes-here"))
-    result = talaria("demo", "--exit", cwd=tmp_path, env=env, timeout=180)
+    result = talaria("demo", "--exit", "--keep", cwd=tmp_path, env=env, timeout=180)
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith("talaria-demo-")]
+    assert len(kept) == 1 and (kept[0] / "demo-passwords.txt").exists(), "--keep keeps the data directory"
+    assert f"kept the data directory {kept[0]}" in result.stdout.splitlines()[-1]
     assert result.returncode == 0, result.stdout + result.stderr
     assert "real Hermes is not available" in result.stdout and "make hermes" in result.stdout
     assert "Hermes here is Talaria's Hermes protocol fixture" in result.stdout

@@ -97,7 +97,11 @@ async def runner_hermes(runner_id: str, admin: AdminDep, hub: HubDep, profile: s
     if record is None or record.tenant != admin.account.tenant:
         raise TalariaError("not_found", "no such runner")
     account = AccountRef(admin.account.username, admin.account.tenant, admin.account.auth_version)
-    return _no_store(await hermes_probe.describe(hub.channels, runner_id, account, profile))
+    usable = await run_in_threadpool(hub.validity.intersection, admin.account.username, runner_id)
+    described = await hermes_probe.describe(
+        hub.channels, runner_id, account, profile, may_use_profile=profile in usable
+    )
+    return _no_store(described)
 
 
 MAX_TEST_PROMPT_CHARS = 4000
@@ -137,6 +141,11 @@ async def runner_test_turn(runner_id: str, request: Request, admin: AdminDep, hu
     record = await run_in_threadpool(hub.registry.get, runner_id)
     if record is None or record.tenant != admin.account.tenant:
         raise TalariaError("not_found", "no such runner")
+    # refused before anything streams: a profile the admin may not use there, then a node that is not connected
+    if profile not in await run_in_threadpool(hub.validity.intersection, admin.account.username, runner_id):
+        raise TalariaError("profile_not_allowed", f"you may not use profile {profile} on this node")
+    if not hub.runners.is_connected(runner_id):
+        raise TalariaError("runner_offline", "the execution node is not connected")
     account = AccountRef(admin.account.username, admin.account.tenant, admin.account.auth_version)
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
     driver = TurnDriver(hub.channels, hub.registry, hub.clock)

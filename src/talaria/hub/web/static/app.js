@@ -175,7 +175,9 @@
         return;
       }
       const tools = answer.teamTools;
-      const readiness = tools.ready
+      const readiness = tools.checked === false
+        ? `team tools not checked: ${tools.reason}`
+        : tools.ready
         ? `team tools ready in profile ${tools.profile} (plugin ${tools.pluginVersion})`
         : `team tools not ready in profile ${tools.profile}: missing ${tools.missing.join(", ") || "the plugin"}`;
       out.textContent = `${name}: Hermes ${answer.hermes.version || "of unknown version"}; ${readiness}.`;

@@ -69,12 +69,15 @@ def test_sign_in_returns_only_to_a_path_on_this_hub(hub: HubServer, given: str, 
 def test_admin_pages_refuse_a_user_and_a_signed_in_visit_to_login_goes_on(hub: HubServer) -> None:
     alice = login(hub, "alice")
     try:
-        for path in ("/settings", "/settings/nodes", "/settings/accounts", "/settings/accounts/root"):
+        for path in ("/settings/nodes", "/settings/accounts", "/settings/accounts/root"):
             page = alice.get(path)
             assert page.status_code == 403 and "admin_required" in page.text, path
         part = alice.get("/settings/nodes/live")
         assert part.status_code == 403 and part.json()["code"] == "admin_required"
-        assert 'href="/settings"' not in alice.get("/tasks").text  # no Settings link for a user
+        own = alice.get("/settings")  # a user's settings are their own password
+        assert own.status_code == 303 and own.headers["location"] == "/settings/password"
+        password = alice.get("/settings/password").text
+        assert "Change password" in password and 'href="/settings/nodes"' not in password
         back = alice.get("/login", params={"next": "/jobs"})
         assert back.status_code == 303 and back.headers["location"] == "/jobs"
     finally:

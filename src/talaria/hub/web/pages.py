@@ -266,9 +266,11 @@ async def audit_page(request: Request, cursor: str | None = None) -> Response:
 
 @router.get("/settings")
 async def settings_page(request: Request) -> Response:
-    user = await _page(request, admin=True)
+    user = await _page(request)
     if isinstance(user, Response):
         return user
+    if not user.is_admin:  # a user's settings are their own account's
+        return RedirectResponse("/settings/password", status_code=303)
     nodes = await _nodes(request, user)
     accounts = await api_accounts.list_accounts(admin=user, hub=_hub(request), limit=100, cursor=None)
     return _render(request, user, "settings.html", title="Settings", section="settings", sub=None,
@@ -280,6 +282,16 @@ async def _nodes(request: Request, user: WebUser) -> list[dict[str, Any]]:
     records = await run_in_threadpool(hub.registry.all, user.account.tenant)
     listed = [summary(hub, record) for record in records]
     return sorted(listed, key=lambda n: (not n["enabled"], -n["createdAt"]))
+
+
+@router.get("/settings/password")
+async def password_page(request: Request, changed: int = 0) -> Response:
+    """Settings → Your password, for everyone signed in (``POST /api/auth/password``)."""
+    user = await _page(request)
+    if isinstance(user, Response):
+        return user
+    return _render(request, user, "password.html", title="Your password", section="settings", sub="password",
+                   changed=changed == 1)  # fmt: skip
 
 
 @router.get("/settings/nodes")

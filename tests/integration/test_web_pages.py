@@ -3,15 +3,20 @@ The browser tests (tests/browser) drive the same pages in chromium."""
 
 from __future__ import annotations
 
+import html
+import json
 import re
+from pathlib import Path
 
 import httpx
 import pytest
 
 from talaria.testing.hub_server import HubServer
 from tests.conftest import add_account, login
+from tests.integration.runner_support import register_node
 
-PAGES = ["/tasks", "/jobs", "/audit", "/settings", "/settings/nodes", "/settings/accounts", "/settings/accounts/alice"]
+PAGES = ["/tasks", "/jobs", "/audit", "/settings", "/settings/nodes", "/settings/accounts", "/settings/accounts/alice",
+         "/settings/password"]  # fmt: skip
 
 
 @pytest.fixture
@@ -152,3 +157,25 @@ def test_long_lists_page_back_through_older_entries(hub: HubServer) -> None:
     finally:
         alice.close()
         root.close()
+
+
+def test_the_task_form_offers_the_author_s_usable_profiles_in_one_select(hub: HubServer, tmp_path: Path) -> None:
+    add_account(hub, "carol", allowed_profiles={"local": ["default", "research"], "lab": ["default"]})
+    register_node(hub, tmp_path / "node", hermes_url="http://127.0.0.1:9119", session_token="t" * 32)  # offline
+    carol, nobody = login(hub, "carol"), None
+    try:
+        form = carol.get("/tasks").text
+        options = re.findall(r'<option value="([^"]*)">([^<]*)</option>', form)
+        shown = [text for _, text in options]
+        assert shown == ["default on lab (no execution node)", "default on local (node offline)",
+                         "research on local (the node does not allow it)"]  # fmt: skip
+        assert json.loads(html.unescape(options[1][0])) == {"cell": "local", "profile": "default"}
+        assert 'name="cell"' not in form and 'list="source-names"' not in form  # no free-text fields any more
+        add_account(hub, "dora")  # no profile at all
+        nobody = login(hub, "dora")
+        empty = nobody.get("/tasks").text
+        assert "You may not use any Hermes profile yet" in empty and "<option" not in empty
+    finally:
+        carol.close()
+        if nobody is not None:
+            nobody.close()

@@ -11,6 +11,7 @@ Without a session a page redirects to ``/login?next=<path>``; a live part answer
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -165,10 +166,22 @@ async def login_page(request: Request, next: str | None = None) -> Response:
 
 
 async def _task_choices(user: WebUser, hub: Hub) -> dict[str, Any]:
-    sources = (await api_sources.list_sources(user=user, hub=hub))["sources"]
-    names = sorted({s["name"] for s in sources} | set(user.account.allowed_profiles))
-    profiles = sorted({p for listed in user.account.allowed_profiles.values() for p in listed})
-    return {"source_names": names, "profile_names": profiles}
+    """The (source, profile) pairs the author may use, for the one ``Profile`` select: ``value`` is the JSON the
+    form merges into the task's body (``cell``, ``profile``), ``note`` says why such a task would wait."""
+    sources = {s["name"]: s["runner"] for s in (await api_sources.list_sources(user=user, hub=hub))["sources"]}
+    choices = []
+    for source, profiles in sorted(user.account.allowed_profiles.items()):
+        runner = sources.get(source)
+        for profile in profiles:
+            if runner is None:
+                note = "no execution node"
+            elif profile not in runner["allowedProfiles"]:
+                note = "the node does not allow it"
+            else:
+                note = "" if runner["online"] else "node offline"
+            value = json.dumps({"cell": source, "profile": profile}, sort_keys=True)
+            choices.append({"source": source, "profile": profile, "note": note, "value": value})
+    return {"choices": choices}
 
 
 async def _tasks_view(request: Request, user: WebUser, state: str | None, cursor: str | None) -> dict[str, Any]:

@@ -36,6 +36,10 @@
       if (!el.name || el.disabled) continue;
       named = true;
       if (el.dataset.optional !== undefined && el.value === "") continue;
+      if (el.dataset.kind === "merge") {  // one field standing for several: its value is their JSON
+        Object.assign(body, JSON.parse(el.value));
+        continue;
+      }
       if (el.dataset.default !== undefined && el.value.trim() === "") {
         body[el.name] = el.dataset.default;
         continue;

@@ -179,3 +179,15 @@ def test_the_task_form_offers_the_author_s_usable_profiles_in_one_select(hub: Hu
         carol.close()
         if nobody is not None:
             nobody.close()
+
+
+def test_the_audit_page_shows_each_subject_as_labelled_fields(hub: HubServer) -> None:
+    root = login(hub, "root")
+    try:
+        body = {"title": "t", "prompt": "p", "cell": "local", "profile": "default"}
+        task = root.post("/api/tasks", json=body).json()["task"]
+        page = root.get("/audit").text
+        assert f'Task <a href="/tasks/{task["id"]}"><code>{task["id"]}</code></a>' in page
+        assert "{&#39;task&#39;" not in page and "{'task'" not in page  # no Python dict text
+    finally:
+        root.close()

@@ -1,5 +1,7 @@
-"""The hub's pure ASGI middleware: ``AccessLog`` (one structured log line and one metric sample per request)
-and ``BodyLimit``, which refuses request bodies over the limit with 413 ``payload_too_large``.
+"""The hub's pure ASGI middleware: ``AccessLog`` (one structured log line and one metric sample per request),
+``BodyLimit``, which refuses request bodies over the limit with 413 ``payload_too_large``, ``SafetyHeaders``
+(``Cache-Control: no-store`` on API and JSON answers, ``nosniff`` on every answer) and ``HeadAsGet`` (HEAD on
+pages, ``/healthz`` and ``/readyz`` answered as GET without a body; web-api.md 9).
 
 ``BodyLimit`` runs before routing for the web API. The Runtime API checks its own body size after the peer check
 (lifecycle.md 6.5), so its prefix is exempt here; the runner machine API never reaches this layer
@@ -12,6 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 import structlog
+from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from talaria.canonical import canonical_json
@@ -50,6 +53,7 @@ async def send_too_large(send: Send) -> None:
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
                 (b"cache-control", b"no-store"),
+                (b"x-content-type-options", b"nosniff"),
                 (b"connection", b"close"),
             ],
         }
@@ -141,3 +145,54 @@ class AccessLog:
             if hub is not None:
                 hub.metrics.observe_request(scope["path"], status, elapsed)
             log.info("request", method=scope["method"], path=scope["path"], status=status, ms=round(elapsed * 1000, 1))
+
+
+# Paths whose routes keep their own method rules: the JSON API (a HEAD there stays 405) and the Runtime API,
+# whose signature covers the method.
+_OWN_METHODS = ("/api/", "/internal/")
+
+
+class SafetyHeaders:
+    """Every answer carries ``X-Content-Type-Options: nosniff``; every ``/api/`` answer and every JSON answer
+    also ``Cache-Control: no-store`` (both replace what a route set)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        api = str(scope["path"]).startswith("/api/")
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers["X-Content-Type-Options"] = "nosniff"
+                if api or headers.get("content-type", "").split(";")[0].strip() == "application/json":
+                    headers["Cache-Control"] = "no-store"
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+class HeadAsGet:
+    """``HEAD`` outside ``/api/`` and ``/internal/`` runs the ``GET`` route and sends its status and headers
+    (``Content-Length`` included) without the body. The server still sees a HEAD request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD" or str(scope["path"]).startswith(_OWN_METHODS):
+            await self.app(scope, receive, send)
+            return
+
+        async def without_body(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        await self.app(dict(scope, method="GET"), receive, without_body)

@@ -282,4 +282,8 @@ async def serve(hub: Hub, scope: Scope, receive: Receive, send: Send) -> None:
         log.info("request", method=scope["method"], path=scope["path"], status=status, ms=round(elapsed * 1000, 1))
 
 
-_OK_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
+_OK_HEADERS = [
+    (b"content-type", b"application/json"),
+    (b"cache-control", b"no-store"),
+    (b"x-content-type-options", b"nosniff"),
+]

@@ -18,6 +18,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from talaria.canonical import canonical_json
+from talaria.hub.client_address import tcp_peer
 from talaria.limits import MAX_BODY_BYTES
 
 if TYPE_CHECKING:
@@ -119,7 +120,8 @@ class BodyLimit:
 
 
 class AccessLog:
-    """One structured log line and one metric sample per request (no query strings, no bodies)."""
+    """One structured log line and one metric sample per request (no query strings, no bodies); the line
+    names the client address (``hub/client_address.py``)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -142,9 +144,12 @@ class AccessLog:
         finally:
             elapsed = time.perf_counter() - started
             hub: Hub | None = getattr(scope["app"].state, "hub", None) if "app" in scope else None
+            client = tcp_peer(scope)
             if hub is not None:
                 hub.metrics.observe_request(scope["path"], status, elapsed)
-            log.info("request", method=scope["method"], path=scope["path"], status=status, ms=round(elapsed * 1000, 1))
+                client = hub.clients.of(scope)
+            log.info("request", method=scope["method"], path=scope["path"], status=status,
+                     ms=round(elapsed * 1000, 1), client=client)  # fmt: skip
 
 
 # Paths whose routes keep their own method rules: the JSON API (a HEAD there stays 405) and the Runtime API,

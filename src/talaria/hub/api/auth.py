@@ -31,7 +31,7 @@ async def login(body: LoginBody, request: Request, response: Response, hub: HubD
     origin = request.headers.get("origin")
     if origin is not None and origin != hub.settings.public_origin:
         raise TalariaError("csrf_failed", "the Origin of this request is not the hub's")
-    peer = request.client.host if request.client else ""
+    peer = hub.clients.of(request.scope)  # the client address: behind a trusted proxy, not the proxy
     wait = hub.throttle.retry_after(username=body.username, peer=peer)
     if wait is not None:
         raise TalariaError(

@@ -20,6 +20,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from talaria.canonical import canonical_json
 from talaria.errors import TalariaError
+from talaria.hub.client_address import ClientAddresses
 from talaria.hub.errors import error_response
 from talaria.hub.middleware import drain
 from talaria.hub.runners import limits
@@ -45,6 +46,8 @@ class Hub(Protocol):
     def channels(self) -> Channels: ...
     @property
     def metrics(self) -> RequestObserver: ...
+    @property
+    def clients(self) -> ClientAddresses: ...
 
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -279,7 +282,8 @@ async def serve(hub: Hub, scope: Scope, receive: Receive, send: Send) -> None:
     finally:
         elapsed = time.perf_counter() - started
         hub.metrics.observe_request(scope["path"], status, elapsed)
-        log.info("request", method=scope["method"], path=scope["path"], status=status, ms=round(elapsed * 1000, 1))
+        log.info("request", method=scope["method"], path=scope["path"], status=status,
+                 ms=round(elapsed * 1000, 1), client=hub.clients.of(scope))  # fmt: skip
 
 
 _OK_HEADERS = [

@@ -10,6 +10,7 @@ pages, ``/healthz`` and ``/readyz`` answered as GET without a body; web-api.md 9
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,11 @@ log = structlog.get_logger("talaria.hub")
 DRAIN_LIMIT = 8 * MAX_BODY_BYTES
 
 
+# After answering a declared oversize body, how long the hub keeps reading what the client may still send
+# before it closes (a client that stops sending is not waited for longer than this).
+DRAIN_IDLE_S = 1.0
+
+
 async def drain(receive: Receive, already: int = 0, limit: int = DRAIN_LIMIT) -> None:
     """Read and discard the rest of a request body, up to ``limit`` bytes in all."""
     seen = already
@@ -44,22 +50,55 @@ async def drain(receive: Receive, already: int = 0, limit: int = DRAIN_LIMIT) ->
             return
 
 
+_TOO_LARGE = canonical_json({"code": "payload_too_large", "error": "the request body is larger than 1 MiB"})
+_TOO_LARGE_HEADERS = [
+    (b"content-type", b"application/json"),
+    (b"content-length", str(len(_TOO_LARGE)).encode()),
+    (b"cache-control", b"no-store"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"connection", b"close"),
+]
+
+
 async def send_too_large(send: Send) -> None:
-    body = canonical_json({"code": "payload_too_large", "error": "the request body is larger than 1 MiB"})
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"cache-control", b"no-store"),
-                (b"x-content-type-options", b"nosniff"),
-                (b"connection", b"close"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.start", "status": 413, "headers": _TOO_LARGE_HEADERS})
+    await send({"type": "http.response.body", "body": _TOO_LARGE})
+
+
+def declared_length(scope: Scope) -> int | None:
+    """The request's ``Content-Length``, or None when absent or not a number."""
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
+
+
+async def answer_and_close(
+    scope: Scope, receive: Receive, send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> None:
+    """Answer at once, without reading the body first, and close the connection (web-api.md 9: a declared
+    ``Content-Length`` over the limit).
+
+    The whole answer (its ``Content-Length`` included) goes out before anything is read. Then, before the
+    connection closes, what the client is still sending is read and discarded while it keeps coming (at most
+    ``DRAIN_IDLE_S`` between reads, ``DRAIN_LIMIT`` bytes in all): closing on unread bytes makes the client's
+    TCP stack reset the connection, which may destroy the answer before the client reads it. A client that
+    asked for ``100-continue`` sends nothing more and is not waited for."""
+    if (b"connection", b"close") not in headers:
+        headers = [*headers, (b"connection", b"close")]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": True})
+    expects_continue = any(name == b"expect" for name, _ in scope.get("headers", []))
+    seen = 0
+    while not expects_continue and seen <= DRAIN_LIMIT:
+        try:
+            message = await asyncio.wait_for(receive(), DRAIN_IDLE_S)
+        except TimeoutError:
+            break
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            break
+        seen += len(message.get("body", b""))
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class BodyLimit:
@@ -78,16 +117,10 @@ class BodyLimit:
         if scope["type"] != "http" or scope["path"].startswith(self.exempt_prefixes):
             await self.app(scope, receive, send)
             return
-        for name, value in scope.get("headers", []):
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    declared = 0
-                if declared > self.limit:
-                    await drain(receive)
-                    await send_too_large(send)
-                    return
+        declared = declared_length(scope)
+        if declared is not None and declared > self.limit:
+            await answer_and_close(scope, receive, send, 413, _TOO_LARGE_HEADERS, _TOO_LARGE)
+            return
         # Buffer the whole body (at most the limit) before the app sees any of it, so that an
         # oversized body is refused without the route having acted on its first part.
         chunks: list[bytes] = []

@@ -22,7 +22,7 @@ from talaria.canonical import canonical_json
 from talaria.errors import TalariaError
 from talaria.hub.client_address import ClientAddresses
 from talaria.hub.errors import error_response
-from talaria.hub.middleware import drain
+from talaria.hub.middleware import answer_and_close, declared_length, drain
 from talaria.hub.runners import limits
 from talaria.hub.runners.channels import Channels
 from talaria.hub.runners.connection_state import ConnState
@@ -264,10 +264,15 @@ async def serve(hub: Hub, scope: Scope, receive: Receive, send: Send) -> None:
                 raise TalariaError("method_not_allowed", "method not allowed", headers={"Allow": method})
             payload = canonical_json(await _handle(hub, headers, tracked, parts[0], parts[1]))
         except TalariaError as exc:
-            if not body_done:  # refused before reading: take the body, or the client may see a reset, not the answer
-                await drain(tracked, limit=2 * limits.MAX_POST_BYTES)
             response = error_response(exc)
             status = response.status_code
+            declared = declared_length(scope)
+            if not body_done and declared is not None and declared > limits.MAX_POST_BYTES:
+                # a body over the limit is not waited for, whatever the refusal: answer now and close
+                await answer_and_close(scope, tracked, send, status, response.raw_headers, bytes(response.body))
+                return
+            if not body_done:  # refused before reading: take the body, or the client may see a reset, not the answer
+                await drain(tracked, limit=2 * limits.MAX_POST_BYTES)
             await response(scope, receive, send)
             return
         except Exception:

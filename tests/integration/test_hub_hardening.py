@@ -1,10 +1,14 @@
 """Issue 12 over a real ``talaria hub`` process: the client address (web-api.md 9, lifecycle.md 6.1), a declared
-oversize body."""
+oversize body, and the modes of the data directory (and of the runner's state directory)."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
+import stat
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -213,3 +217,110 @@ def test_a_body_that_grows_over_the_limit_is_still_413(start_hub: Callable[..., 
         response = client.post("/api/tasks", content=chunks(), headers={"Content-Type": "application/json"})
     assert response.status_code == 413
     assert response.json()["code"] == "payload_too_large"
+
+
+# --- item 8: modes of the data directory --------------------------------------------------------------------------
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def _modes(data: Path) -> dict[str, int]:
+    return {p.name: _mode(p) for p in sorted(data.iterdir())}
+
+
+def test_the_hub_makes_its_data_directory_0700_and_every_file_0600_whatever_the_umask(
+    tmp_path: Path, start_hub: Callable[..., HubProcess]
+) -> None:
+    hub = start_hub(umask=LOOSE)
+    _, url = hub.ready()
+    with httpx.Client(base_url=url, timeout=10) as client:
+        assert _login(client, "nobody", "wrong password!").status_code == 401  # a read and a failed sign-in
+    data = tmp_path / "D"
+    assert _mode(data) == 0o700
+    modes = _modes(data)
+    assert {"talaria.sqlite3", "talaria.sqlite3-wal", "talaria.sqlite3-shm", "secret.key"} <= set(modes), modes
+    assert set(modes.values()) == {0o600}, {k: oct(v) for k, v in modes.items()}
+
+
+def test_the_hub_tightens_an_existing_data_directory_and_logs_each_change(
+    tmp_path: Path, start_hub: Callable[..., HubProcess]
+) -> None:
+    first = start_hub()
+    first.ready()
+    first.close()
+    data = tmp_path / "D"
+    data.chmod(0o755)
+    for path in data.iterdir():
+        path.chmod(0o644)
+    (data / "notes.txt").write_text("an operator's file\n")
+    (data / "notes.txt").chmod(0o664)
+    hub = start_hub()
+    hub.ready()
+    assert _mode(data) == 0o700
+    assert set(_modes(data).values()) == {0o600}
+    lines = [json.loads(line) for line in hub.stderr().splitlines() if line.startswith("{")]
+    changes = {line["path"]: (line["before"], line["after"]) for line in lines if line["event"] == "mode_tightened"}
+    assert changes[str(data)] == ("0755", "0700")
+    assert changes[str(data / "notes.txt")] == ("0664", "0600")
+    assert changes[str(data / "secret.key")] == ("0644", "0600")
+
+
+def test_the_hub_refuses_to_start_naming_the_path_when_it_cannot_tighten_it(
+    tmp_path: Path, start_hub: Callable[..., HubProcess]
+) -> None:
+    # even root may not change the mode of a /proc directory
+    refused = talaria("hub", "--data-dir", "/proc/1", "--port", "0", cwd=tmp_path)
+    assert refused.returncode == 1
+    assert refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.stderr.startswith("talaria hub: ") and "/proc/1" in refused.stderr, refused.stderr
+
+
+def test_talaria_db_makes_the_data_directory_private_too(tmp_path: Path) -> None:
+    data = tmp_path / "D"
+    done = talaria("db", "upgrade", "--data-dir", str(data), cwd=tmp_path, umask=LOOSE)
+    assert done.returncode == 0, done.stderr
+    assert _mode(data) == 0o700
+    assert set(_modes(data).values()) == {0o600}, _modes(data)
+    data.chmod(0o750)
+    (data / "talaria.sqlite3").chmod(0o640)
+    status = talaria("db", "status", "--data-dir", str(data), cwd=tmp_path, umask=LOOSE)
+    assert status.returncode == 0, status.stderr
+    assert _mode(data) == 0o700 and _mode(data / "talaria.sqlite3") == 0o600
+    assert "mode_tightened" in status.stderr
+    created = talaria("admin", "create-user", "--data-dir", str(tmp_path / "F"), "--username", "ada", "--role",
+                      "admin", cwd=tmp_path, stdin=PASSWORD + "\n", umask=LOOSE)  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    assert _mode(tmp_path / "F") == 0o700 and set(_modes(tmp_path / "F").values()) == {0o600}
+
+
+RUNNER_STATE = """
+import sys
+from pathlib import Path
+from talaria.clock import SystemClock
+from talaria.runner.receipts import Receipts
+from talaria.runner.state_dir import StateDir
+
+with StateDir.open(Path(sys.argv[1]), sys.argv[2]) as state, Receipts(state.receipts_path, SystemClock()):
+    print(state.path)
+"""
+
+
+def test_the_runner_state_directory_is_0700_with_files_0600_whatever_the_umask(tmp_path: Path) -> None:
+    config, runner_id = tmp_path / "runner.json", str(uuid.uuid4())
+
+    def open_state() -> Path:
+        done = subprocess.run([sys.executable, "-c", RUNNER_STATE, str(config), runner_id], capture_output=True,
+                              text=True, umask=LOOSE, env=clean_env(), timeout=60, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return Path(done.stdout.strip())
+
+    state = open_state()
+    assert _mode(state) == 0o700 and _mode(state.parent) == 0o700
+    assert set(_modes(state).values()) == {0o600}, _modes(state)
+    # a receipts file left looser (an older release, a restore from backup) is made private at the next start
+    (state / "runner-commands.sqlite3").chmod(0o644)
+    assert open_state() == state
+    assert set(_modes(state).values()) == {0o600}, _modes(state)
+    assert os.stat(state).st_uid == os.geteuid()

@@ -60,8 +60,7 @@ class Hub:
 def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None) -> Hub:
     """Open the store, apply pending migrations, run start-up recovery (lifecycle.md 10)."""
     timings = timings or HubTimings()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    store = open_store(settings)
+    store = open_store(settings)  # creates or tightens the data directory (0700, files 0600)
     try:
         applied = migrations.upgrade(store)
         if applied:

@@ -12,6 +12,7 @@ from talaria import __version__
 from talaria.errors import SettingsError, TalariaError
 from talaria.logs import configure_logging
 from talaria.settings import env_name, load_settings
+from talaria.store.open import open_sqlite
 from talaria.store.sqlite import SQLiteStore
 
 
@@ -21,9 +22,10 @@ def _data_dir(flag: str | None) -> Path:
 
 
 def _store_for(data_dir: Path) -> SQLiteStore:
+    """The existing database of ``data_dir``; the directory and its files are tightened as the hub does."""
     if not (data_dir / "talaria.sqlite3").exists():
         raise TalariaError("not_found", f"no Talaria database in {data_dir} (start the hub once, or run db upgrade)")
-    return SQLiteStore(data_dir / "talaria.sqlite3")
+    return open_sqlite(data_dir)
 
 
 def cmd_hub(args: argparse.Namespace) -> int:
@@ -46,9 +48,7 @@ def cmd_create_user(args: argparse.Namespace) -> int:
 
     line = sys.stdin.readline()
     password = line.removesuffix("\n").removesuffix("\r")
-    data_dir = _data_dir(args.data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    store = SQLiteStore(data_dir / "talaria.sqlite3")
+    store = open_sqlite(_data_dir(args.data_dir))
     try:
         migrations.upgrade(store)
         account = Accounts(store, SystemClock()).create(
@@ -82,7 +82,7 @@ def cmd_set_user(args: argparse.Namespace) -> int:
     if not changes:
         print("talaria: say what to change: --enable, --disable, --role or --password-stdin", file=sys.stderr)
         return 2
-    store = SQLiteStore(_data_dir(args.data_dir) / "talaria.sqlite3")
+    store = _store_for(_data_dir(args.data_dir))
     try:
         migrations.upgrade(store)
         accounts = Accounts(store, SystemClock())
@@ -165,11 +165,7 @@ def cmd_db(args: argparse.Namespace) -> int:
             count = len(migrations.available("sqlite", name))
             print(f"{name}: version 0 of {count} ({count} pending; no database in {data_dir} yet)")
         return 0
-    if args.action == "upgrade":
-        data_dir.mkdir(parents=True, exist_ok=True)
-        store = SQLiteStore(data_dir / "talaria.sqlite3")
-    else:
-        store = _store_for(data_dir)
+    store = open_sqlite(data_dir) if args.action == "upgrade" else _store_for(data_dir)
     try:
         if args.action == "status":
             have, want = migrations.current(store), migrations.latest(store)

@@ -25,7 +25,7 @@ from talaria.hub.api import jobs as api_jobs
 from talaria.hub.api import runner_admin
 from talaria.hub.api import sources as api_sources
 from talaria.hub.api import tasks as api_tasks
-from talaria.hub.middleware import AccessLog, BodyLimit
+from talaria.hub.middleware import AccessLog, BodyLimit, HeadAsGet, SafetyHeaders
 from talaria.hub.resources import Hub, open_hub
 from talaria.hub.runners import machine_api
 from talaria.hub.runtime import routes as runtime_routes
@@ -92,7 +92,7 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    errors.install(app)
+    errors.install(app, not_found_page=web_pages.not_found_page)
     app.state.pages = Pages(clock.now_ms)
     routers = (api_auth.router, api_accounts.router, api_tasks.router, api_jobs.router, ops.router)
     for router in (*routers, runner_admin.router, api_sources.router):
@@ -103,5 +103,7 @@ def create_app(
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.add_middleware(errors.InternalErrorGuard)
     app.add_middleware(BodyLimit)
+    app.add_middleware(HeadAsGet)
+    app.add_middleware(SafetyHeaders)
     app.add_middleware(AccessLog)
     return HubApp(app)

@@ -42,7 +42,7 @@ async def login(body: LoginBody, request: Request, response: Response, hub: HubD
     origin = request.headers.get("origin")
     if origin is not None and origin != hub.settings.public_origin:
         raise TalariaError("csrf_failed", "the Origin of this request is not the hub's")
-    peer = request.client.host if request.client else ""
+    peer = hub.clients.of(request.scope)  # the client address: behind a trusted proxy, not the proxy
     _refuse_if_throttled(hub, body.username, peer)
     stored = await run_in_threadpool(hub.accounts.password_hash, body.username)
     ok = await run_in_threadpool(verify_password, stored, body.password)
@@ -74,7 +74,7 @@ async def change_password(body: PasswordBody, request: Request, user: UserDep, h
     """The signed-in person's own password (web-api.md 9): the current one is checked and throttled like a
     sign-in; the new one follows the password rule; ``authVersion`` + 1 and every other session ends."""
     username = user.account.username
-    peer = request.client.host if request.client else ""
+    peer = hub.clients.of(request.scope)
     _refuse_if_throttled(hub, username, peer)
     stored = await run_in_threadpool(hub.accounts.password_hash, username)
     if not await run_in_threadpool(verify_password, stored, body.currentPassword):

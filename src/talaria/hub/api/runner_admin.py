@@ -22,6 +22,7 @@ from talaria.canonical import canonical_json
 from talaria.errors import TalariaError
 from talaria.hub.api.deps import AdminDep, HubDep
 from talaria.hub.api.websession import WebRoute
+from talaria.hub.errors import NOT_JSON
 from talaria.hub.resources import Hub
 from talaria.hub.runners import hermes_probe
 from talaria.hub.runners.connection_state import AccountRef
@@ -73,7 +74,7 @@ async def register_runner(request: Request, admin: AdminDep, hub: HubDep) -> Res
     try:
         body = json.loads(await request.body())
     except ValueError as exc:
-        raise TalariaError("invalid_request", "the body must be a JSON object") from exc
+        raise TalariaError("invalid_request", NOT_JSON) from exc
     fields = parse_registration(body, default_server_url=hub.settings.public_url)
     registration = await run_in_threadpool(hub.registry.register, admin.account.tenant, fields)
     answer = {"runner": summary(hub, registration.runner), "token": registration.token, "config": registration.config}
@@ -111,7 +112,7 @@ def _test_turn_body(raw: bytes) -> tuple[str, str, bool]:
     try:
         body = json.loads(raw)
     except ValueError as exc:
-        raise TalariaError("invalid_request", "the body must be a JSON object") from exc
+        raise TalariaError("invalid_request", NOT_JSON) from exc
     if not isinstance(body, dict):
         raise TalariaError("invalid_request", "the body must be a JSON object")
     unknown = set(body) - {"prompt", "profile", "tools"}

@@ -99,6 +99,13 @@ def _refused(request: Request, user: WebUser | None, error: TalariaError) -> Res
                    title="Not possible")  # fmt: skip
 
 
+async def not_found_page(request: Request) -> Response:
+    """The HTML 404 for a browser asking for an unknown path (``errors.install`` calls it)."""
+    user = await _viewer(request)
+    message = "There is no page at this address."
+    return _render(request, user, "error.html", 404, code="not_found", message=message, title="Not found")
+
+
 async def _page(request: Request, admin: bool = False) -> WebUser | Response:
     user = await _viewer(request)
     if user is None:

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.integration.cli_support import HubProcess, clean_env, talaria
+from tests.integration.runner_support import wait_until
 
 PASSWORD = "correct horse battery staple"
 SECRET = "s" * 40
@@ -50,9 +51,15 @@ def _login(client: httpx.Client, username: str, password: str, forwarded: str | 
     return client.post("/api/auth/login", json={"username": username, "password": password}, headers=headers)
 
 
-def _request_lines(hub: HubProcess, path: str) -> list[dict[str, Any]]:
-    lines = [json.loads(line) for line in hub.stderr().splitlines() if line.startswith("{")]
-    return [line for line in lines if line.get("event") == "request" and line.get("path") == path]
+def _request_lines(hub: HubProcess, path: str, count: int) -> list[dict[str, Any]]:
+    """The hub's access-log lines for ``path``, once there are ``count`` (a line is written after its answer)."""
+
+    def read() -> list[dict[str, Any]]:
+        lines = [json.loads(line) for line in hub.stderr().splitlines() if line.startswith("{")]
+        return [line for line in lines if line.get("event") == "request" and line.get("path") == path]
+
+    wait_until(lambda: len(read()) >= count, what=f"{count} request lines for {path}")
+    return read()
 
 
 # --- item 1: the client address ---------------------------------------------------------------------------------
@@ -70,7 +77,7 @@ def test_x_forwarded_for_from_a_loopback_peer_does_not_escape_the_sign_in_limit(
         assert _login(client, "uma", PASSWORD).status_code == 429
         spoofed = _login(client, "uma", PASSWORD, forwarded="198.51.100.9")
         assert spoofed.status_code == 429, spoofed.text
-    assert {line["client"] for line in _request_lines(hub, "/api/auth/login")} == {"127.0.0.1"}
+    assert {line["client"] for line in _request_lines(hub, "/api/auth/login", 7)} == {"127.0.0.1"}
 
 
 def test_the_runtime_api_peer_rule_uses_the_tcp_peer_whatever_x_forwarded_for_says(
@@ -106,7 +113,7 @@ def test_behind_a_trusted_proxy_the_client_is_the_right_most_untrusted_forwarded
         assert _login(client, "uma", PASSWORD, forwarded="198.51.100.1").status_code == 429
         assert _login(client, "uma", PASSWORD, forwarded="198.51.100.2").status_code == 200
         assert _login(client, "uma", PASSWORD).status_code == 200  # no header: the proxy itself, 127.0.0.1
-    clients = [line["client"] for line in _request_lines(hub, "/api/auth/login")]
+    clients = [line["client"] for line in _request_lines(hub, "/api/auth/login", 9)]
     assert clients == ["198.51.100.1"] * 7 + ["198.51.100.2", "127.0.0.1"]
 
 

@@ -4,29 +4,18 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from typing import Any
 
 import pytest
 
 from talaria.clock import ManualClock
-from talaria.testing.hub_server import HubServer
 from tests.conftest import PASSWORD, add_account
-from tests.integration.web_support import TASK, Web, assert_error, cheapen_argon2, dispatched, open_web
+from tests.integration.web_support import TASK, Web, assert_error, dispatched
 
 ACCOUNT_KEYS = {"username", "tenant", "role", "enabled", "allowedProfiles", "canManageTeam", "authVersion", "createdAt"}
 
 
-@pytest.fixture(autouse=True)
-def _fast_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    cheapen_argon2(monkeypatch)
-
-
-@pytest.fixture
-def web(make_hub: Callable[..., HubServer]) -> Iterator[Web]:
-    with ExitStack() as stack:
-        yield open_web(make_hub, stack)
+pytestmark = pytest.mark.usefixtures("fast_argon2")
 
 
 def new_account(username: Any = "newbie", **fields: Any) -> dict[str, Any]:

@@ -4,28 +4,17 @@ message for a body that is not JSON (web-api.md 9)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 
 import httpx
 import pytest
 
-from talaria.testing.hub_server import HubServer
-from tests.integration.web_support import JSON_TYPE, Web, assert_error, cheapen_argon2, open_web
+from tests.integration.web_support import JSON_TYPE, Web, assert_error
 
 NOT_JSON = "request body is not valid JSON"
 BROWSER = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
 
 
-@pytest.fixture(autouse=True)
-def _fast_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    cheapen_argon2(monkeypatch)
-
-
-@pytest.fixture
-def web(make_hub: Callable[..., HubServer]) -> Iterator[Web]:
-    with ExitStack() as stack:
-        yield open_web(make_hub, stack)
+pytestmark = pytest.mark.usefixtures("fast_argon2")
 
 
 def _api_headers(response: httpx.Response) -> None:

@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
-
 import pytest
 
 from talaria.accounts.passwords import verify_password
 from talaria.limits import LOGIN_MAX_FAILURES
-from talaria.testing.hub_server import HubServer
 from tests.conftest import PASSWORD
-from tests.integration.web_support import Web, assert_error, cheapen_argon2, open_web
+from tests.integration.web_support import Web, assert_error
 
 NEW = "a brand new and long password"
 
 
-@pytest.fixture(autouse=True)
-def _fast_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    cheapen_argon2(monkeypatch)
-
-
-@pytest.fixture
-def web(make_hub: Callable[..., HubServer]) -> Iterator[Web]:
-    with ExitStack() as stack:
-        yield open_web(make_hub, stack)
+pytestmark = pytest.mark.usefixtures("fast_argon2")
 
 
 def test_changing_one_s_password_keeps_this_session_and_ends_the_others(web: Web) -> None:

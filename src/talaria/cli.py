@@ -12,6 +12,7 @@ from talaria import __version__
 from talaria.errors import SettingsError, TalariaError
 from talaria.logs import configure_logging
 from talaria.settings import env_name, load_settings
+from talaria.store.open import open_sqlite
 from talaria.store.sqlite import SQLiteStore
 
 
@@ -21,9 +22,10 @@ def _data_dir(flag: str | None) -> Path:
 
 
 def _store_for(data_dir: Path) -> SQLiteStore:
+    """The existing database of ``data_dir``; the directory and its files are tightened as the hub does."""
     if not (data_dir / "talaria.sqlite3").exists():
         raise TalariaError("not_found", f"no Talaria database in {data_dir} (start the hub once, or run db upgrade)")
-    return SQLiteStore(data_dir / "talaria.sqlite3")
+    return open_sqlite(data_dir)
 
 
 def cmd_hub(args: argparse.Namespace) -> int:
@@ -46,9 +48,7 @@ def cmd_create_user(args: argparse.Namespace) -> int:
 
     line = sys.stdin.readline()
     password = line.removesuffix("\n").removesuffix("\r")
-    data_dir = _data_dir(args.data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    store = SQLiteStore(data_dir / "talaria.sqlite3")
+    store = open_sqlite(_data_dir(args.data_dir))
     try:
         migrations.upgrade(store)
         account = Accounts(store, SystemClock()).create(
@@ -62,6 +62,38 @@ def cmd_create_user(args: argparse.Namespace) -> int:
     finally:
         store.close()
     print(f"created {account.role} {account.username} in tenant {account.tenant}")
+    return 0
+
+
+def cmd_set_user(args: argparse.Namespace) -> int:
+    """``talaria admin set-user USERNAME [--enable|--disable] [--role ROLE] [--password-stdin]``: recovery from the
+    command line (web-api.md 8). The tenant's last enabled admin is refused like in the web API (``last_admin``)."""
+    from talaria.accounts.service import Accounts
+    from talaria.clock import SystemClock
+    from talaria.store import migrations
+
+    changes: dict[str, object] = {}
+    if args.enabled is not None:
+        changes["enabled"] = args.enabled
+    if args.role is not None:
+        changes["role"] = args.role
+    if args.password_stdin:
+        changes["password"] = sys.stdin.readline().removesuffix("\n").removesuffix("\r")
+    if not changes:
+        print("talaria: say what to change: --enable, --disable, --role or --password-stdin", file=sys.stderr)
+        return 2
+    store = _store_for(_data_dir(args.data_dir))
+    try:
+        migrations.upgrade(store)
+        accounts = Accounts(store, SystemClock())
+        current = accounts.get(args.username)
+        if current is None:
+            raise TalariaError("not_found", f"no account {args.username}")
+        account = accounts.update(args.username, current.tenant, changes)
+    finally:
+        store.close()
+    state = "enabled" if account.enabled else "disabled"
+    print(f"updated {account.username} in tenant {account.tenant}: {account.role}, {state}")
     return 0
 
 
@@ -133,11 +165,7 @@ def cmd_db(args: argparse.Namespace) -> int:
             count = len(migrations.available("sqlite", name))
             print(f"{name}: version 0 of {count} ({count} pending; no database in {data_dir} yet)")
         return 0
-    if args.action == "upgrade":
-        data_dir.mkdir(parents=True, exist_ok=True)
-        store = SQLiteStore(data_dir / "talaria.sqlite3")
-    else:
-        store = _store_for(data_dir)
+    store = open_sqlite(data_dir) if args.action == "upgrade" else _store_for(data_dir)
     try:
         if args.action == "status":
             have, want = migrations.current(store), migrations.latest(store)
@@ -178,7 +206,7 @@ def cmd_runner(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from talaria.demo import run_demo
 
-    return run_demo(keep_serving=not args.exit, port=args.port)
+    return run_demo(keep_serving=not args.exit, port=args.port, keep=args.keep)
 
 
 def cmd_model_server(args: argparse.Namespace) -> int:
@@ -224,6 +252,16 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--team", action="store_true", help="may manage team bots")
     create.set_defaults(func=cmd_create_user)
 
+    set_user = admin.add_parser("set-user", help="enable, disable, change the role or the password of an account")
+    set_user.add_argument("username")
+    set_user.add_argument("--data-dir", default=None)
+    state = set_user.add_mutually_exclusive_group()
+    state.add_argument("--enable", dest="enabled", action="store_const", const=True, default=None)
+    state.add_argument("--disable", dest="enabled", action="store_const", const=False)
+    set_user.add_argument("--role", choices=["admin", "user"], default=None)
+    set_user.add_argument("--password-stdin", action="store_true", help="read the new password from standard input")
+    set_user.set_defaults(func=cmd_set_user)
+
     runners = admin.add_parser("runners", help="execution nodes").add_subparsers(dest="runners_command", required=True)
     listing = runners.add_parser("list", help="list the registered runners")
     register = runners.add_parser("register", help="register a runner and write its runner.json (mode 600)")
@@ -262,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the product end to end on a temporary data directory")
     demo.add_argument("--exit", action="store_true", help="stop the hub when the demo is done")
     demo.add_argument("--port", type=int, default=0, help="hub port (default: any free port)")
+    demo.add_argument("--keep", action="store_true", help="keep the data directory (it holds the demo's secrets)")
     demo.set_defaults(func=cmd_demo)
 
     hermes = sub.add_parser("hermes", help="the local Hermes").add_subparsers(dest="hermes_command", required=True)

@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -215,10 +216,23 @@ def _job_on_the_node(alice: httpx.Client, bob: httpx.Client) -> None:
     _step(f"audit for the job: {trail}")
 
 
-def run_demo(*, keep_serving: bool = True, port: int = 0) -> int:
+def run_demo(*, keep_serving: bool = True, port: int = 0, keep: bool = False) -> int:
+    """The demo on a new temporary data directory, removed at the end (Ctrl-C included) unless ``keep``: it holds
+    the demo passwords, the hub's ``secret.key`` and a runner token."""
     data_dir = Path(tempfile.mkdtemp(prefix="talaria-demo-"))
+    try:
+        return _run_demo(data_dir, keep_serving=keep_serving, port=port)
+    finally:
+        if keep:
+            _step(f"kept the data directory {data_dir}: it holds the demo passwords, secret.key and a runner token")
+        else:
+            shutil.rmtree(data_dir, ignore_errors=True)
+            _step(f"removed the data directory {data_dir} (demo passwords, secret.key, runner token); --keep keeps it")
+
+
+def _run_demo(data_dir: Path, *, keep_serving: bool, port: int) -> int:
     secret = secrets.token_urlsafe(32)
-    _step(f"data directory {data_dir} (SQLite, WAL, synchronous=FULL)")
+    _step(f"data directory {data_dir} (SQLite, WAL, synchronous=FULL; removed at the end unless --keep)")
     passwords = {"alice": secrets.token_urlsafe(12), "bob": secrets.token_urlsafe(12)}
     for username, role in (("alice", "user"), ("bob", "admin")):
         done = _talaria(

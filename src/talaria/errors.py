@@ -52,6 +52,9 @@ STATUS_BY_CODE: Mapping[str, int] = {
     "terminal_conflict": 409,
     "reconcile_rejected": 409,
     "account_exists": 409,
+    "last_admin": 409,
+    # a (source, profile) the account may not use (issue 12 items 4 and 16)
+    "profile_not_allowed": 403,
     "idempotency_key_reused": 422,
     "login_throttled": 429,
     "internal_error": 500,

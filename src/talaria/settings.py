@@ -6,6 +6,7 @@ and passed to the app factory as one frozen ``Settings`` object; nothing reads t
 
 from __future__ import annotations
 
+import ipaddress
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ class Settings:
     hub_host: str = "127.0.0.1"
     hub_port: int = 8700
     hub_public_url: str = ""
+    hub_trusted_proxies: tuple[str, ...] = ()
     runtime_api_enabled: bool = False
     runtime_api_proxy_secret: str = field(default="", repr=False)
     runtime_api_allow_remote_proxy: bool = False
@@ -91,6 +93,7 @@ KEYS: dict[str, tuple[str, type]] = {
     "hub.host": ("hub_host", str),
     "hub.port": ("hub_port", int),
     "hub.public_url": ("hub_public_url", str),
+    "hub.trusted_proxies": ("hub_trusted_proxies", tuple),
     "runtime_api.enabled": ("runtime_api_enabled", bool),
     "runtime_api.proxy_secret": ("runtime_api_proxy_secret", str),
     "runtime_api.allow_remote_proxy": ("runtime_api_allow_remote_proxy", bool),
@@ -121,7 +124,14 @@ def env_name(key: str) -> str:
     return "TALARIA_" + key.upper().replace(".", "_")
 
 
-def _coerce(key: str, kind: type, value: Any) -> Any:
+def _coerce(key: str, kind: type, value: Any, *, from_env: bool = False) -> Any:
+    """``value`` as ``kind``; ``from_env``: a list is then one comma-separated string."""
+    if kind is tuple:
+        if from_env and isinstance(value, str):
+            value = value.split(",")
+        if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
+            raise SettingsError(f"{key} must be an array of strings (in the environment: comma-separated)")
+        return tuple(item.strip() for item in value if item.strip())
     if kind is bool:
         if isinstance(value, bool):
             return value
@@ -201,7 +211,7 @@ def load_settings(
     for key, (_, kind) in KEYS.items():
         raw = (environ or {}).get(env_name(key))
         if raw is not None and raw != "":
-            values[key] = _coerce(key, kind, raw)
+            values[key] = _coerce(key, kind, raw, from_env=True)
     for key, value in (flags or {}).items():
         if key not in KEYS:
             raise SettingsError(f"{key} is not a setting")
@@ -228,6 +238,11 @@ def validate(s: Settings) -> None:
     for key, value in positive.items():
         if value < 1:
             raise SettingsError(f"{key} must be at least 1")
+    for entry in s.hub_trusted_proxies:
+        try:
+            ipaddress.ip_network(entry)
+        except ValueError:
+            raise SettingsError(f'hub.trusted_proxies: "{entry}" is not an IP address or CIDR') from None
     if s.storage_sqlite_busy_timeout_ms < 0:
         raise SettingsError("storage.sqlite_busy_timeout_ms must not be negative")
     if not 0 <= s.hub_port <= 65535:

@@ -6,8 +6,10 @@ from playwright.sync_api import expect
 
 from talaria.testing.hub_server import HubServer
 from tests.browser.conftest import Browsers, sign_in
+from tests.conftest import PASSWORD
 
 CAROL_PASSWORD = "carol's long passphrase"
+NEW_PASSWORD = "alice's brand new passphrase"
 
 
 def test_an_admin_creates_edits_and_disables_an_account(hub: HubServer, browsers: Browsers) -> None:
@@ -68,3 +70,28 @@ def test_pages_follow_the_dark_colour_scheme(hub: HubServer, browsers: Browsers)
     background = "getComputedStyle(document.body).backgroundColor"
     assert light.evaluate(background) == "rgb(246, 247, 249)"
     assert dark.evaluate(background) == "rgb(17, 20, 24)"
+
+
+def test_a_person_changes_their_own_password_and_signs_in_with_the_new_one(hub: HubServer, browsers: Browsers) -> None:
+    other = browsers.context().page()
+    sign_in(other, hub, "alice")  # a second session, which the change ends
+    watched = browsers.context()
+    watched.expect_refusal("/api/auth/password")  # the wrong current password, on purpose
+    page = watched.page()
+    sign_in(page, hub, "alice")
+    page.get_by_role("link", name="Settings").click()
+    page.get_by_role("link", name="Your password").click()
+    page.get_by_label("Current password").fill("not the password at all")
+    page.get_by_label("New password").fill(NEW_PASSWORD)
+    page.get_by_role("button", name="Change password").click()
+    expect(page.get_by_role("alert")).to_contain_text("invalid_credentials")
+    page.get_by_label("Current password").fill(PASSWORD)
+    page.get_by_role("button", name="Change password").click()
+    expect(page.get_by_role("status")).to_contain_text("Your password was changed")
+    page.get_by_role("link", name="Tasks").click()
+    expect(page.get_by_role("heading", name="Tasks", exact=True)).to_be_visible()  # this session goes on
+    other.goto(f"{hub.url}/tasks")
+    expect(other).to_have_url(f"{hub.url}/login?next=%2Ftasks")  # the other one ended
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_url(f"{hub.url}/login")
+    sign_in(page, hub, "alice", NEW_PASSWORD)

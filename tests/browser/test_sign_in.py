@@ -63,7 +63,10 @@ def test_a_page_without_admin_rights_says_so(hub: HubServer, browsers: Browsers)
     watched.expect_refusal("/settings/nodes")
     page = watched.page()
     sign_in(page, hub, "alice")
-    expect(page.get_by_role("link", name="Settings")).to_have_count(0)
+    page.get_by_role("link", name="Settings").click()  # a user's settings: only their own password
+    expect(page.get_by_role("heading", name="Your password", exact=True)).to_be_visible()
+    expect(page.get_by_role("link", name="Execution nodes")).to_have_count(0)
+    expect(page.get_by_role("link", name="Accounts")).to_have_count(0)
     page.goto(f"{hub.url}/settings/nodes")
     expect(page.get_by_text("admin_required")).to_be_visible()
 

@@ -28,8 +28,14 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def talaria(
-    *args: str, cwd: Path, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 60
+    *args: str,
+    cwd: Path,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+    umask: int = -1,
 ) -> subprocess.CompletedProcess[str]:
+    """``python -m talaria ARGS``; ``umask`` (when not -1) is the child's umask."""
     return subprocess.run(
         [sys.executable, "-m", "talaria", *args],
         input=stdin if stdin is not None else "",
@@ -39,6 +45,7 @@ def talaria(
         env=env if env is not None else clean_env(),
         timeout=timeout,
         check=False,
+        umask=umask,
     )
 
 
@@ -51,7 +58,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 class HubProcess:
     """``talaria hub ...`` with stdout read line by line in a thread and stderr in a file."""
 
-    def __init__(self, cwd: Path, args: list[str], env: dict[str, str]) -> None:
+    def __init__(self, cwd: Path, args: list[str], env: dict[str, str], *, umask: int = -1) -> None:
         self.stderr_path = cwd / f"hub-{id(self)}.stderr"
         self._stderr = self.stderr_path.open("w")
         self.proc = subprocess.Popen(
@@ -62,6 +69,7 @@ class HubProcess:
             text=True,
             cwd=cwd,
             env=env,
+            umask=umask,
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -23,7 +23,6 @@ from talaria.testing.hub_server import HubServer
 from tests.conftest import PROXY_SECRET, add_account, login
 from tests.integration.cli_support import talaria
 from tests.integration.runtime_support import Worker, close_clients, dispatched_job
-from tests.integration.web_support import cheapen_argon2
 
 JOBS = 20
 WORKER_THREADS = 4
@@ -33,9 +32,7 @@ API_CHECKS_DURING = 150  # answers each API verifier gives while the jobs run (b
 CLI_CHECKS_DURING = 5
 
 
-@pytest.fixture(autouse=True)
-def _fast_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    cheapen_argon2(monkeypatch)
+pytestmark = pytest.mark.usefixtures("fast_argon2")
 
 
 @pytest.fixture

@@ -262,6 +262,46 @@ def test_create_user(tmp_path: Path) -> None:
         assert "another long password" not in text
 
 
+def test_set_user_enables_disables_changes_the_role_and_the_password_and_keeps_the_last_admin(tmp_path: Path) -> None:
+    data = tmp_path / "D"
+    assert create_user(tmp_path, data, "--username", "root", "--role", "admin").returncode == 0
+    assert create_user(tmp_path, data, "--username", "ann", "--role", "user").returncode == 0
+
+    def set_user(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return talaria("admin", "set-user", "--data-dir", str(data), *args, cwd=tmp_path, stdin=stdin)
+
+    last = set_user("root", "--disable")
+    assert last.returncode == 1 and "last enabled admin" in last.stderr, last.stderr
+    demote = set_user("root", "--role", "user")
+    assert demote.returncode == 1 and "last enabled admin" in demote.stderr, demote.stderr
+    assert read_account(data, "root")[0].enabled is True
+
+    done = set_user("ann", "--role", "admin")
+    assert done.returncode == 0, done.stderr
+    assert "ann" in done.stdout and "admin" in done.stdout
+    before, _ = read_account(data, "ann")
+    assert before.role == "admin" and before.auth_version == 2
+    assert set_user("root", "--disable").returncode == 0  # ann is an enabled admin now
+    assert read_account(data, "root")[0].enabled is False
+    assert set_user("root", "--enable").returncode == 0
+    assert read_account(data, "root")[0].enabled is True
+
+    new_password = "a brand new long password"
+    changed = set_user("ann", "--password-stdin", stdin=new_password + "\n")
+    assert changed.returncode == 0, changed.stderr
+    assert verify_password(read_account(data, "ann")[1] or "", new_password)
+    assert new_password not in changed.stdout + changed.stderr
+    weak = set_user("ann", "--password-stdin", stdin="short\n")
+    assert weak.returncode == 1 and "password" in weak.stderr
+
+    unknown = set_user("nobody", "--enable")
+    assert unknown.returncode == 1 and "nobody" in unknown.stderr
+    nothing = set_user("ann")
+    assert nothing.returncode == 2, "say what to change"
+    both = set_user("ann", "--enable", "--disable")
+    assert both.returncode == 2
+
+
 def test_create_user_reads_only_the_first_line_without_its_ending(tmp_path: Path) -> None:
     data = tmp_path / "D"
     password = "  spaces kept at both ends  "
@@ -367,7 +407,10 @@ def tamper(data_dir: Path, *statements: tuple[str, tuple[Any, ...]]) -> None:
 
 
 def verify_output(result: subprocess.CompletedProcess[str]) -> str:
-    return (result.stdout + result.stderr).strip()
+    """The report, without the JSON log lines on stderr (``build_events`` writes the database from this process,
+    with its umask, so the command first logs ``mode_tightened`` for it)."""
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    return "\n".join(line for line in lines if not line.startswith("{"))
 
 
 def test_audit_verify_ok(tmp_path: Path) -> None:
@@ -565,12 +608,18 @@ def test_demo_runs_to_completion_on_real_hermes(tmp_path: Path) -> None:
     assert "the hub's dispatcher ran it on the node: job SUCCEEDED in attempt 1" in result.stdout
     assert "job.claimed by talaria-hub" in result.stdout and "job.completed by talaria-hub" in result.stdout
     assert "audit chain OK" in result.stdout
+    left = [p.name for p in tmp_path.iterdir() if p.name.startswith("talaria-demo-")]
+    assert left == [], "the demo's data directory (passwords, secret.key, a runner token) is removed at the end"
+    assert "removed the data directory" in result.stdout.splitlines()[-1]
 
 
 @pytest.mark.slow
 def test_demo_falls_back_to_the_fixture_and_says_so(tmp_path: Path) -> None:
     env = clean_env(TMPDIR=str(tmp_path), TALARIA_HERMES_BIN=str(tmp_path / "no-hermes-here"))
-    result = talaria("demo", "--exit", cwd=tmp_path, env=env, timeout=180)
+    result = talaria("demo", "--exit", "--keep", cwd=tmp_path, env=env, timeout=180)
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith("talaria-demo-")]
+    assert len(kept) == 1 and (kept[0] / "demo-passwords.txt").exists(), "--keep keeps the data directory"
+    assert f"kept the data directory {kept[0]}" in result.stdout.splitlines()[-1]
     assert result.returncode == 0, result.stdout + result.stderr
     assert "real Hermes is not available" in result.stdout and "make hermes" in result.stdout
     assert "Hermes here is Talaria's Hermes protocol fixture" in result.stdout

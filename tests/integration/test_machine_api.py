@@ -46,15 +46,12 @@ from tests.integration.runner_support import (
     tick,
     wait_until,
 )
-from tests.integration.web_support import cheapen_argon2
 
 MIB = 1024 * 1024
 UNKNOWN_RUNNER = "00000000-0000-4000-8000-000000000000"
 
 
-@pytest.fixture(autouse=True)
-def _fast_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    cheapen_argon2(monkeypatch)
+pytestmark = pytest.mark.usefixtures("fast_argon2")
 
 
 class Node:

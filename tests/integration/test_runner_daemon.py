@@ -40,15 +40,12 @@ from tests.integration.runner_support import (
     wait_until,
     write_config,
 )
-from tests.integration.web_support import cheapen_argon2
 
 STOPPED = "runner stopped"
 CONNECTED = "runner connected"
 
 
-@pytest.fixture(autouse=True)
-def _fast_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    cheapen_argon2(monkeypatch)
+pytestmark = pytest.mark.usefixtures("fast_argon2")
 
 
 class Site:

@@ -23,7 +23,7 @@ from tests.integration.runner_support import (
     register,
     runner_summary,
 )
-from tests.integration.web_support import assert_error, cheapen_argon2
+from tests.integration.web_support import assert_error
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 MACHINE_OPS = {"poll": "GET", "admit": "POST", "result": "POST", "event": "POST", "tool": "POST", "goodbye": "POST"}
@@ -32,9 +32,7 @@ ADMIN_ROUTES = {"": "DELETE", "/hermes": "GET", "/test-turn": "POST"}
 UNKNOWN_RUNNER = "00000000-0000-4000-8000-000000000000"
 
 
-@pytest.fixture(autouse=True)
-def _fast_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    cheapen_argon2(monkeypatch)
+pytestmark = pytest.mark.usefixtures("fast_argon2")
 
 
 @dataclass

@@ -26,9 +26,7 @@ from tests.integration.web_support import assert_error, cheapen_argon2
 RUNNERS = "/api/admin/runners"
 
 
-@pytest.fixture(autouse=True)
-def _fast_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    cheapen_argon2(monkeypatch)
+pytestmark = pytest.mark.usefixtures("fast_argon2")
 
 
 @pytest.fixture

@@ -238,3 +238,45 @@ def test_an_admin_test_turn_streams_hermes_events_then_done(env: Env) -> None:
         assert user.post(f"/api/admin/runners/{env.runner_id}/test-turn", json={"prompt": "hi"}).status_code == 403
     finally:
         user.close()
+
+
+def test_an_admin_without_the_node_s_profile_reads_its_hermes_version_and_nothing_is_asked_for_the_profile(
+    env: Env,
+) -> None:
+    add_account(env.server, "rooty", "admin")  # no allowed profiles at all
+    admin = login(env.server, "rooty")
+    try:
+        answer = admin.get(f"/api/admin/runners/{env.runner_id}/hermes")
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert body["hermes"] == {"version": "0.19.0", "authRequired": False}
+        assert body["teamTools"]["checked"] is False and body["teamTools"]["ready"] is False
+        assert "default" in body["teamTools"]["reason"]
+        assert env.hermes.requests("/api/plugins/talaria/capabilities") == []  # checked first, never sent
+    finally:
+        admin.close()
+
+
+def test_a_test_turn_is_refused_before_streaming_for_a_profile_the_admin_may_not_use_or_an_offline_node(
+    env: Env, tmp_path: Path
+) -> None:
+    add_account(env.server, "root", "admin", allowed_profiles={"local": ["default"]})
+    admin = login(env.server, "root")
+    try:
+        url = f"/api/admin/runners/{env.runner_id}/test-turn"
+        refused = admin.post(url, json={"prompt": "hi", "profile": "research"})
+        assert refused.status_code == 403 and refused.json()["code"] == "profile_not_allowed", refused.text
+        assert refused.headers["content-type"].startswith("application/json")
+        add_account(env.server, "root2", "admin", allowed_profiles={"lab": ["default"]})
+        path = register_node(env.server, tmp_path / "lab", hermes_url=env.hermes.url,
+                             session_token=env.hermes.session_token, name="lab", source="lab")  # fmt: skip
+        offline_id = json.loads(path.read_text())["runnerId"]
+        other = login(env.server, "root2")
+        try:
+            offline = other.post(f"/api/admin/runners/{offline_id}/test-turn", json={"prompt": "hi"})
+            assert offline.status_code == 503 and offline.json()["code"] == "runner_offline", offline.text
+        finally:
+            other.close()
+        assert env.hermes.prompt_count("hi") == 0
+    finally:
+        admin.close()

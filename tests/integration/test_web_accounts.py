@@ -4,29 +4,18 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from typing import Any
 
 import pytest
 
 from talaria.clock import ManualClock
-from talaria.testing.hub_server import HubServer
 from tests.conftest import PASSWORD, add_account
-from tests.integration.web_support import TASK, Web, assert_error, cheapen_argon2, dispatched, open_web
+from tests.integration.web_support import TASK, Web, assert_error, dispatched
 
 ACCOUNT_KEYS = {"username", "tenant", "role", "enabled", "allowedProfiles", "canManageTeam", "authVersion", "createdAt"}
 
 
-@pytest.fixture(autouse=True)
-def _fast_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    cheapen_argon2(monkeypatch)
-
-
-@pytest.fixture
-def web(make_hub: Callable[..., HubServer]) -> Iterator[Web]:
-    with ExitStack() as stack:
-        yield open_web(make_hub, stack)
+pytestmark = pytest.mark.usefixtures("fast_argon2")
 
 
 def new_account(username: Any = "newbie", **fields: Any) -> dict[str, Any]:
@@ -101,10 +90,23 @@ def test_usernames_of_1_to_64_allowed_characters_are_accepted(web: Web) -> None:
 
 
 def test_bad_usernames_are_400(web: Web) -> None:
-    for username in ("Alice", "a" * 65, "", "with space", "ümlaut", "a/b", "a@b"):
+    bad = ("Alice", "a" * 65, "", "with space", "ümlaut", "a/b", "a@b", ".", "..", ".hidden", "-dash", "_under")
+    for username in bad:
         response = web.admin.post("/api/admin/accounts", json=new_account(username))
-        assert_error(response, 400, "invalid_request", username)
+        body = assert_error(response, 400, "invalid_request", username)
+        assert "username" in body["error"], body
     assert len(web.admin.get("/api/admin/accounts").json()["accounts"]) == 3
+
+
+def test_the_last_enabled_admin_of_a_tenant_cannot_disable_or_demote_itself(web: Web) -> None:
+    for change in ({"enabled": False}, {"role": "user"}):
+        refused = web.admin.patch("/api/admin/accounts/ada", json=change)
+        assert_error(refused, 409, "last_admin", change)
+    assert account_of(web, "ada")["enabled"] is True and account_of(web, "ada")["role"] == "admin"
+    assert account_of(web, "ada")["authVersion"] == 1  # nothing changed
+    promoted = web.admin.patch("/api/admin/accounts/ulf", json={"role": "admin"})
+    assert promoted.status_code == 200, promoted.text
+    assert web.admin.patch("/api/admin/accounts/ada", json={"role": "user"}).status_code == 200  # ulf remains
 
 
 def test_passwords_of_12_to_1024_characters_are_accepted(web: Web) -> None:

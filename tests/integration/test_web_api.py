@@ -7,8 +7,7 @@ test_web_accounts.py (web-api.md 3), test_web_tasks.py (5), test_web_jobs.py (6:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -24,23 +23,12 @@ from tests.integration.web_support import (
     all_tasks,
     assert_error,
     audit_events,
-    cheapen_argon2,
     create_task,
     dispatched,
-    open_web,
     submitted_task,
 )
 
-
-@pytest.fixture(autouse=True)
-def _fast_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    cheapen_argon2(monkeypatch)
-
-
-@pytest.fixture
-def web(make_hub: Callable[..., HubServer]) -> Iterator[Web]:
-    with ExitStack() as stack:
-        yield open_web(make_hub, stack)
+pytestmark = pytest.mark.usefixtures("fast_argon2")
 
 
 def session_cookie(response: httpx.Response) -> list[str]:

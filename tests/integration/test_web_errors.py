@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from talaria.testing.hub_server import HubServer
 from tests.conftest import PASSWORD
 from tests.integration.web_support import (
     JSON_TYPE,
@@ -20,21 +18,10 @@ from tests.integration.web_support import (
     all_tasks,
     assert_error,
     audit_events,
-    cheapen_argon2,
     create_task,
-    open_web,
 )
 
-
-@pytest.fixture(autouse=True)
-def _fast_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    cheapen_argon2(monkeypatch)
-
-
-@pytest.fixture
-def web(make_hub: Callable[..., HubServer]) -> Iterator[Web]:
-    with ExitStack() as stack:
-        yield open_web(make_hub, stack)
+pytestmark = pytest.mark.usefixtures("fast_argon2")
 
 
 # --- errors (web-api.md 1) ------------------------------------------------------------------------------------

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, closing
+from contextlib import closing
 from itertools import pairwise
 from typing import Any
 
@@ -16,15 +15,12 @@ from talaria.clock import ManualClock
 from talaria.lifecycle.actor import Actor
 from talaria.lifecycle.answers import encode
 from talaria.lifecycle.binding import Binding
-from talaria.testing.hub_server import HubServer
 from tests.integration.web_support import (
     JOB_KEYS,
     Web,
     assert_error,
-    cheapen_argon2,
     create_task,
     dispatched,
-    open_web,
 )
 
 WORKER = Actor("worker-1", frozenset({"runtime"}), "trusted_proxy", "default")
@@ -50,15 +46,7 @@ AUDIT_KEYS = {
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
-@pytest.fixture(autouse=True)
-def _fast_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    cheapen_argon2(monkeypatch)
-
-
-@pytest.fixture
-def web(make_hub: Callable[..., HubServer]) -> Iterator[Web]:
-    with ExitStack() as stack:
-        yield open_web(make_hub, stack)
+pytestmark = pytest.mark.usefixtures("fast_argon2")
 
 
 def claim(web: Web, answer: dict[str, Any]) -> dict[str, Any]:

@@ -3,15 +3,20 @@ The browser tests (tests/browser) drive the same pages in chromium."""
 
 from __future__ import annotations
 
+import html
+import json
 import re
+from pathlib import Path
 
 import httpx
 import pytest
 
 from talaria.testing.hub_server import HubServer
 from tests.conftest import add_account, login
+from tests.integration.runner_support import register_node
 
-PAGES = ["/tasks", "/jobs", "/audit", "/settings", "/settings/nodes", "/settings/accounts", "/settings/accounts/alice"]
+PAGES = ["/tasks", "/jobs", "/audit", "/settings", "/settings/nodes", "/settings/accounts", "/settings/accounts/alice",
+         "/settings/password"]  # fmt: skip
 
 
 @pytest.fixture
@@ -69,12 +74,15 @@ def test_sign_in_returns_only_to_a_path_on_this_hub(hub: HubServer, given: str, 
 def test_admin_pages_refuse_a_user_and_a_signed_in_visit_to_login_goes_on(hub: HubServer) -> None:
     alice = login(hub, "alice")
     try:
-        for path in ("/settings", "/settings/nodes", "/settings/accounts", "/settings/accounts/root"):
+        for path in ("/settings/nodes", "/settings/accounts", "/settings/accounts/root"):
             page = alice.get(path)
             assert page.status_code == 403 and "admin_required" in page.text, path
         part = alice.get("/settings/nodes/live")
         assert part.status_code == 403 and part.json()["code"] == "admin_required"
-        assert 'href="/settings"' not in alice.get("/tasks").text  # no Settings link for a user
+        own = alice.get("/settings")  # a user's settings are their own password
+        assert own.status_code == 303 and own.headers["location"] == "/settings/password"
+        password = alice.get("/settings/password").text
+        assert "Change password" in password and 'href="/settings/nodes"' not in password
         back = alice.get("/login", params={"next": "/jobs"})
         assert back.status_code == 303 and back.headers["location"] == "/jobs"
     finally:
@@ -148,4 +156,38 @@ def test_long_lists_page_back_through_older_entries(hub: HubServer) -> None:
         assert root.get("/jobs/live", params={"cursor": "not-a-cursor"}).json()["code"] == "invalid_request"
     finally:
         alice.close()
+        root.close()
+
+
+def test_the_task_form_offers_the_author_s_usable_profiles_in_one_select(hub: HubServer, tmp_path: Path) -> None:
+    add_account(hub, "carol", allowed_profiles={"local": ["default", "research"], "lab": ["default"]})
+    register_node(hub, tmp_path / "node", hermes_url="http://127.0.0.1:9119", session_token="t" * 32)  # offline
+    carol, nobody = login(hub, "carol"), None
+    try:
+        form = carol.get("/tasks").text
+        options = re.findall(r'<option value="([^"]*)">([^<]*)</option>', form)
+        shown = [text for _, text in options]
+        assert shown == ["default on lab (no execution node)", "default on local (node offline)",
+                         "research on local (the node does not allow it)"]  # fmt: skip
+        assert json.loads(html.unescape(options[1][0])) == {"cell": "local", "profile": "default"}
+        assert 'name="cell"' not in form and 'list="source-names"' not in form  # no free-text fields any more
+        add_account(hub, "dora")  # no profile at all
+        nobody = login(hub, "dora")
+        empty = nobody.get("/tasks").text
+        assert "You may not use any Hermes profile yet" in empty and "<option" not in empty
+    finally:
+        carol.close()
+        if nobody is not None:
+            nobody.close()
+
+
+def test_the_audit_page_shows_each_subject_as_labelled_fields(hub: HubServer) -> None:
+    root = login(hub, "root")
+    try:
+        body = {"title": "t", "prompt": "p", "cell": "local", "profile": "default"}
+        task = root.post("/api/tasks", json=body).json()["task"]
+        page = root.get("/audit").text
+        assert f'Task <a href="/tasks/{task["id"]}"><code>{task["id"]}</code></a>' in page
+        assert "{&#39;task&#39;" not in page and "{'task'" not in page  # no Python dict text
+    finally:
         root.close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
@@ -18,7 +18,6 @@ from tests.integration.web_support import (
     Web,
     all_tasks,
     assert_error,
-    cheapen_argon2,
     create_task,
     dispatched,
     open_web,
@@ -30,15 +29,7 @@ BINDING_KEYS = {"tenant", "task", "trace", "provenance", "run", "dispatch", "job
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
-@pytest.fixture(autouse=True)
-def _fast_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    cheapen_argon2(monkeypatch)
-
-
-@pytest.fixture
-def web(make_hub: Callable[..., HubServer]) -> Iterator[Web]:
-    with ExitStack() as stack:
-        yield open_web(make_hub, stack)
+pytestmark = pytest.mark.usefixtures("fast_argon2")
 
 
 def task_ids(response_tasks: list[dict[str, Any]]) -> list[str]:

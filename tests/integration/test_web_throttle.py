@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
-
 import httpx
 import pytest
 
 from talaria.clock import ManualClock
-from talaria.testing.hub_server import HubServer
 from tests.conftest import PASSWORD
-from tests.integration.web_support import Web, assert_error, cheapen_argon2, open_web
+from tests.integration.web_support import Web, assert_error
 
-
-@pytest.fixture(autouse=True)
-def _fast_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    cheapen_argon2(monkeypatch)
-
-
-@pytest.fixture
-def web(make_hub: Callable[..., HubServer]) -> Iterator[Web]:
-    with ExitStack() as stack:
-        yield open_web(make_hub, stack)
+pytestmark = pytest.mark.usefixtures("fast_argon2")
 
 
 # --- login throttling (web-api.md 2) --------------------------------------------------------------------------

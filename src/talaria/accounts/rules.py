@@ -8,7 +8,7 @@ from typing import Any
 from talaria.errors import TalariaError
 from talaria.limits import MAX_PASSWORD_CHARS, MIN_PASSWORD_CHARS
 
-USERNAME = re.compile(r"^[a-z0-9._-]{1,64}$")
+USERNAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")  # never "." or ".." (web-api.md 3)
 SOURCE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 PROFILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,255}$")
 TENANT = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -17,7 +17,7 @@ ROLES = ("admin", "user")
 
 def check_username(value: str) -> str:
     if not USERNAME.match(value):
-        raise TalariaError("invalid_request", "username must be 1-64 characters of a-z 0-9 . _ -")
+        raise TalariaError("invalid_request", "username must be 1-64 of a-z 0-9 . _ -, starting with a letter or digit")
     return value
 
 

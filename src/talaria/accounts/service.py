@@ -117,8 +117,11 @@ class Accounts:
             )
         return [Account.from_row(r) for r in rows]
 
-    def update(self, username: str, tenant: str, changes: dict[str, Any]) -> Account:
-        """Apply ``changes`` (password, role, enabled, allowedProfiles, canManageTeam); 404 if absent."""
+    def update(
+        self, username: str, tenant: str, changes: dict[str, Any], *, keep_session_hash: str | None = None
+    ) -> Account:
+        """Apply ``changes`` (password, role, enabled, allowedProfiles, canManageTeam); 404 if absent. A change of
+        password, role or enablement ends the account's sessions, all but ``keep_session_hash`` if given."""
         new_hash = hash_password(check_password(changes["password"])) if "password" in changes else None
         with self.store.write() as tx:
             row = tx.one("account_get", username=username)
@@ -129,6 +132,10 @@ class Accounts:
             enabled = bool(changes.get("enabled", current.enabled))
             profiles = check_allowed_profiles(changes.get("allowedProfiles", current.allowed_profiles))
             team = bool(changes.get("canManageTeam", current.can_manage_team))
+            leaves = current.role == "admin" and current.enabled and (role != "admin" or not enabled)
+            others = tx.one("account_count_other_enabled_admins", tenant=tenant, username=username) if leaves else None
+            if others is not None and not others["n"]:
+                raise TalariaError("last_admin", "the tenant's last enabled admin cannot be disabled or demoted")
             if new_hash is None and (role, enabled, profiles, team) == (
                 current.role,
                 current.enabled,
@@ -150,8 +157,10 @@ class Accounts:
             )
             if changed != 1:
                 raise TalariaError("invalid_transition", "the account changed meanwhile; read it again")
-            if new_hash or role != current.role or not enabled:
+            if (new_hash or role != current.role or not enabled) and keep_session_hash is None:
                 tx.run("session_delete_for_user", username=username)
+            elif new_hash or role != current.role or not enabled:
+                tx.run("session_delete_for_user_but", username=username, kept=keep_session_hash)
             updated = tx.one("account_get", username=username)
         assert updated is not None
         return Account.from_row(updated)

@@ -25,7 +25,7 @@ from talaria.hub.api import jobs as api_jobs
 from talaria.hub.api import runner_admin
 from talaria.hub.api import sources as api_sources
 from talaria.hub.api import tasks as api_tasks
-from talaria.hub.middleware import AccessLog, BodyLimit
+from talaria.hub.middleware import AccessLog, BodyLimit, HeadAsGet, SafetyHeaders
 from talaria.hub.resources import Hub, open_hub
 from talaria.hub.runners import machine_api
 from talaria.hub.runtime import routes as runtime_routes
@@ -39,13 +39,14 @@ log = structlog.get_logger("talaria.hub")
 
 class HubApp:
     """The hub's ASGI app: the runner machine API's door (``machine_api.serve``) and, when enabled, the
-    Runtime API's well-formed requests (``runtime_routes.serve``, behind the same access log and error
-    guard as the rest) in front of FastAPI, which serves everything else (web API, the Runtime API's
+    Runtime API's well-formed requests (``runtime_routes.serve``, behind the same access log, safety headers
+    and error guard as the rest) in front of FastAPI, which serves everything else (web API, the Runtime API's
     odd requests, pages) and the lifespan."""
 
     def __init__(self, web: FastAPI, *, runtime_api: bool = False) -> None:
         self.web = web
-        self.runtime = AccessLog(errors.InternalErrorGuard(runtime_routes.serve)) if runtime_api else None
+        guarded = SafetyHeaders(errors.InternalErrorGuard(runtime_routes.serve))  # the stack FastAPI's answers get
+        self.runtime = AccessLog(guarded) if runtime_api else None
 
     @property
     def state(self) -> State:
@@ -98,7 +99,7 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    errors.install(app)
+    errors.install(app, not_found_page=web_pages.not_found_page)
     app.state.pages = Pages(clock.now_ms)
     routers = (api_auth.router, api_accounts.router, api_tasks.router, api_jobs.router, ops.router)
     for router in (*routers, runner_admin.router, api_sources.router):
@@ -109,5 +110,7 @@ def create_app(
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.add_middleware(errors.InternalErrorGuard)
     app.add_middleware(BodyLimit)
+    app.add_middleware(HeadAsGet)
+    app.add_middleware(SafetyHeaders)
     app.add_middleware(AccessLog)
     return HubApp(app, runtime_api=settings.runtime_api_enabled)

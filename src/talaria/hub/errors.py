@@ -5,6 +5,7 @@ Framework answers (unknown path, wrong method, validation) are mapped to the sam
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -27,12 +28,21 @@ _FRAMEWORK_CODES = {
 }
 
 
+NOT_JSON = "request body is not valid JSON"
+NotFoundPage = Callable[[Request], Awaitable[Response]]
+
+
+def wants_html(request: Request) -> bool:
+    """A browser navigation: ``Accept`` names ``text/html``."""
+    return "text/html" in request.headers.get("accept", "").lower()
+
+
 def error_response(error: TalariaError) -> Response:
     return Response(
         canonical_json(error.body()),
         status_code=error.status,
         media_type="application/json",
-        headers={"Cache-Control": "no-store", **error.headers},
+        headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", **error.headers},
     )
 
 
@@ -46,19 +56,32 @@ def validation_message(errors: Any) -> str:
             return f"{field} is missing"
         if kind == "extra_forbidden":
             return f"{field} is not an accepted field"
-        if kind in ("json_invalid", "model_attributes_type", "dict_type") and field == "body":
+        if kind == "json_invalid":
+            return NOT_JSON
+        if kind in ("model_attributes_type", "dict_type") and field == "body":
             return "the body must be a JSON object"
         return f"{field}: {item.get('msg', 'invalid')}"
     return "invalid request"
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, *, not_found_page: NotFoundPage | None = None) -> None:
+    """Map every error to the canonical body; with ``not_found_page``, an unknown path outside ``/api/`` and
+    ``/internal/`` asked for with ``Accept: text/html`` answers that page instead (web-api.md 9)."""
+
     @app.exception_handler(TalariaError)
     async def talaria_error(request: Request, exc: TalariaError) -> Response:
         return error_response(exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        path = request.url.path
+        if (
+            exc.status_code == 404
+            and not_found_page is not None
+            and not path.startswith(("/api/", "/internal/"))
+            and wants_html(request)
+        ):
+            return await not_found_page(request)
         code, message = _FRAMEWORK_CODES.get(exc.status_code, ("invalid_request", "invalid request"))
         if exc.status_code >= 500:
             code, message = "internal_error", "internal error"

@@ -1,5 +1,7 @@
-"""The hub's pure ASGI middleware: ``AccessLog`` (one structured log line and one metric sample per request)
-and ``BodyLimit``, which refuses request bodies over the limit with 413 ``payload_too_large``.
+"""The hub's pure ASGI middleware: ``AccessLog`` (one structured log line and one metric sample per request),
+``BodyLimit``, which refuses request bodies over the limit with 413 ``payload_too_large``, ``SafetyHeaders``
+(``Cache-Control: no-store`` on API and JSON answers, ``nosniff`` on every answer) and ``HeadAsGet`` (HEAD on
+pages, ``/healthz`` and ``/readyz`` answered as GET without a body; web-api.md 9).
 
 ``BodyLimit`` runs before routing for the web API. The Runtime API checks its own body size after the peer check
 (lifecycle.md 6.5), so its prefix is exempt here; the runner machine API never reaches this layer
@@ -8,13 +10,16 @@ and ``BodyLimit``, which refuses request bodies over the limit with 413 ``payloa
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING
 
 import structlog
+from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from talaria.canonical import canonical_json
+from talaria.hub.client_address import tcp_peer
 from talaria.limits import MAX_BODY_BYTES
 
 if TYPE_CHECKING:
@@ -26,6 +31,11 @@ log = structlog.get_logger("talaria.hub")
 # while the client is still sending makes the client's TCP stack reset the connection, and the 413
 # is lost. Past this much, losing the answer is the lesser evil.
 DRAIN_LIMIT = 8 * MAX_BODY_BYTES
+
+
+# After answering a declared oversize body, how long the hub keeps reading what the client may still send
+# before it closes (a client that stops sending is not waited for longer than this).
+DRAIN_IDLE_S = 1.0
 
 
 async def drain(receive: Receive, already: int = 0, limit: int = DRAIN_LIMIT) -> None:
@@ -40,21 +50,55 @@ async def drain(receive: Receive, already: int = 0, limit: int = DRAIN_LIMIT) ->
             return
 
 
+_TOO_LARGE = canonical_json({"code": "payload_too_large", "error": "the request body is larger than 1 MiB"})
+_TOO_LARGE_HEADERS = [
+    (b"content-type", b"application/json"),
+    (b"content-length", str(len(_TOO_LARGE)).encode()),
+    (b"cache-control", b"no-store"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"connection", b"close"),
+]
+
+
 async def send_too_large(send: Send) -> None:
-    body = canonical_json({"code": "payload_too_large", "error": "the request body is larger than 1 MiB"})
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"cache-control", b"no-store"),
-                (b"connection", b"close"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.start", "status": 413, "headers": _TOO_LARGE_HEADERS})
+    await send({"type": "http.response.body", "body": _TOO_LARGE})
+
+
+def declared_length(scope: Scope) -> int | None:
+    """The request's ``Content-Length``, or None when absent or not a number."""
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
+
+
+async def answer_and_close(
+    scope: Scope, receive: Receive, send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> None:
+    """Answer at once, without reading the body first, and close the connection (web-api.md 9: a declared
+    ``Content-Length`` over the limit).
+
+    The whole answer (its ``Content-Length`` included) goes out before anything is read. Then, before the
+    connection closes, what the client is still sending is read and discarded while it keeps coming (at most
+    ``DRAIN_IDLE_S`` between reads, ``DRAIN_LIMIT`` bytes in all): closing on unread bytes makes the client's
+    TCP stack reset the connection, which may destroy the answer before the client reads it. A client that
+    asked for ``100-continue`` sends nothing more and is not waited for."""
+    if (b"connection", b"close") not in headers:
+        headers = [*headers, (b"connection", b"close")]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": True})
+    expects_continue = any(name == b"expect" for name, _ in scope.get("headers", []))
+    seen = 0
+    while not expects_continue and seen <= DRAIN_LIMIT:
+        try:
+            message = await asyncio.wait_for(receive(), DRAIN_IDLE_S)
+        except TimeoutError:
+            break
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            break
+        seen += len(message.get("body", b""))
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class BodyLimit:
@@ -73,16 +117,10 @@ class BodyLimit:
         if scope["type"] != "http" or scope["path"].startswith(self.exempt_prefixes):
             await self.app(scope, receive, send)
             return
-        for name, value in scope.get("headers", []):
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    declared = 0
-                if declared > self.limit:
-                    await drain(receive)
-                    await send_too_large(send)
-                    return
+        declared = declared_length(scope)
+        if declared is not None and declared > self.limit:
+            await answer_and_close(scope, receive, send, 413, _TOO_LARGE_HEADERS, _TOO_LARGE)
+            return
         # Buffer the whole body (at most the limit) before the app sees any of it, so that an
         # oversized body is refused without the route having acted on its first part.
         chunks: list[bytes] = []
@@ -115,7 +153,8 @@ class BodyLimit:
 
 
 class AccessLog:
-    """One structured log line and one metric sample per request (no query strings, no bodies)."""
+    """One structured log line and one metric sample per request (no query strings, no bodies); the line
+    names the client address (``hub/client_address.py``)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -138,6 +177,60 @@ class AccessLog:
         finally:
             elapsed = time.perf_counter() - started
             hub: Hub | None = getattr(scope["app"].state, "hub", None) if "app" in scope else None
+            client = tcp_peer(scope)
             if hub is not None:
                 hub.metrics.observe_request(scope["path"], status, elapsed)
-            log.info("request", method=scope["method"], path=scope["path"], status=status, ms=round(elapsed * 1000, 1))
+                client = hub.clients.of(scope)
+            log.info("request", method=scope["method"], path=scope["path"], status=status,
+                     ms=round(elapsed * 1000, 1), client=client)  # fmt: skip
+
+
+# Paths whose routes keep their own method rules: the JSON API (a HEAD there stays 405) and the Runtime API,
+# whose signature covers the method.
+_OWN_METHODS = ("/api/", "/internal/")
+
+
+class SafetyHeaders:
+    """Every answer carries ``X-Content-Type-Options: nosniff``; every ``/api/`` answer and every JSON answer
+    also ``Cache-Control: no-store`` (both replace what a route set)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        api = str(scope["path"]).startswith("/api/")
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers["X-Content-Type-Options"] = "nosniff"
+                if api or headers.get("content-type", "").split(";")[0].strip() == "application/json":
+                    headers["Cache-Control"] = "no-store"
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+class HeadAsGet:
+    """``HEAD`` outside ``/api/`` and ``/internal/`` runs the ``GET`` route and sends its status and headers
+    (``Content-Length`` included) without the body. The server still sees a HEAD request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD" or str(scope["path"]).startswith(_OWN_METHODS):
+            await self.app(scope, receive, send)
+            return
+
+        async def without_body(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        await self.app(dict(scope, method="GET"), receive, without_body)

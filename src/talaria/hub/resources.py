@@ -10,6 +10,7 @@ from talaria.accounts.service import Accounts
 from talaria.accounts.throttle import LoginThrottle
 from talaria.clock import Clock
 from talaria.hub.api.websession import WebSessions, load_secret_key
+from talaria.hub.client_address import ClientAddresses
 from talaria.hub.dispatch.dispatcher import Dispatcher
 from talaria.hub.metrics import HubMetrics
 from talaria.hub.reaper import Reaper
@@ -48,6 +49,7 @@ class Hub:
     runners: RunnerHub
     channels: Channels
     dispatcher: Dispatcher
+    clients: ClientAddresses
 
     def tick(self) -> None:
         """One reaper sweep."""
@@ -58,8 +60,7 @@ class Hub:
 def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None) -> Hub:
     """Open the store, apply pending migrations, run start-up recovery (lifecycle.md 10)."""
     timings = timings or HubTimings()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    store = open_store(settings)
+    store = open_store(settings)  # creates or tightens the data directory (0700, files 0600)
     try:
         applied = migrations.upgrade(store)
         if applied:
@@ -99,6 +100,7 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
         runners=runners,
         channels=channels,
         dispatcher=dispatcher,
+        clients=ClientAddresses(settings.hub_trusted_proxies),
     )
     hub.reaper = Reaper(hub.tick, settings.lifecycle_reaper_interval_s)
     return hub

@@ -85,7 +85,11 @@ def run_hub(settings: Settings, *, clock: Clock | None = None, out: TextIO = sys
         print(f"talaria hub: {getattr(exc, 'message', None) or exc}", file=sys.stderr)
         return 1
     app = create_app(settings, clock=hub.clock, hub=hub)
-    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=10)
+    # proxy_headers off: uvicorn would otherwise believe X-Forwarded-For from loopback peers; the hub derives
+    # the client address itself (hub/client_address.py) and peer rules use the TCP peer.
+    config = uvicorn.Config(
+        app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=10, proxy_headers=False
+    )
     server = HubUvicorn(config)
     # uvicorn re-raises the signal it caught once it has stopped; a no-op handler makes that a clean exit.
     for sig in (signal.SIGINT, signal.SIGTERM):

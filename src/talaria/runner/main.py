@@ -36,6 +36,8 @@ def _run(config_path: Path) -> int:
     except StateDirError as exc:
         print(f"talaria runner: {exc}", file=sys.stderr)
         return 2
+    for changed in state.tightened:
+        print(f"talaria runner: made {changed} private (mode 0600)", file=sys.stderr)
     try:
         clock = SystemClock()
         try:

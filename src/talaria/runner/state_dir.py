@@ -13,6 +13,9 @@ Decisions where the specification is silent:
 - The ``state`` directory is created with mode 0700 when missing; an existing one is refused if group
   or other may write to it (they could replace the runner directory).
 - The lock file records the holder's process id, shown in the "busy" message.
+- Every regular file in the runner directory is made 0600 at open (the receipts file of an older release, a
+  restored backup): the directory is private already, so a looser file there is repaired, not refused, and
+  ``StateDir.tightened`` lists what changed. New files are created 0600 whatever the umask.
 """
 
 from __future__ import annotations
@@ -69,13 +72,25 @@ def _check_private(path: Path) -> None:
         )
 
 
+def _private_files(path: Path) -> list[str]:
+    """Set every regular file directly in ``path`` to 0600; the paths changed."""
+    changed: list[str] = []
+    for entry in os.scandir(path):
+        st = entry.stat(follow_symlinks=False)
+        if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != 0o600:
+            os.chmod(entry.path, 0o600)
+            changed.append(entry.path)
+    return changed
+
+
 class StateDir:
     """An open, locked state directory. Use ``StateDir.open``; ``close()`` releases the lock (idempotent)."""
 
-    def __init__(self, path: Path, lock_fd: int) -> None:
+    def __init__(self, path: Path, lock_fd: int, tightened: list[str] | None = None) -> None:
         self.path = path
         self._fd: int | None = lock_fd
         self._close_lock = threading.Lock()
+        self.tightened = tightened or []
 
     @classmethod
     def open(cls, config_path: Path, runner_id: str) -> StateDir:
@@ -93,6 +108,7 @@ class StateDir:
                 _check_parent(parent)
             if not _mkdir_private(path):
                 _check_private(path)
+            tightened = _private_files(path)
             fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise StateDirError(f"cannot use the state directory {path}: {exc.strerror}") from None
@@ -111,7 +127,7 @@ class StateDir:
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError:
             pass  # the pid is only a hint for the busy message
-        return cls(path, fd)
+        return cls(path, fd, tightened)
 
     @property
     def lock_path(self) -> Path:

@@ -48,7 +48,7 @@ class HubServer:
         self.url = f"http://127.0.0.1:{port}"
         settings = dataclasses.replace(self.settings, hub_port=port, hub_public_url=self.url)
         self._app = create_app(settings, clock=self.clock, run_reaper=False, timings=self.timings)
-        config = uvicorn.Config(self._app, log_config=None, access_log=False, lifespan="on")
+        config = uvicorn.Config(self._app, log_config=None, access_log=False, lifespan="on", proxy_headers=False)
         server = HubUvicorn(config)
         self._server = server
 

@@ -12,6 +12,7 @@ from talaria.accounts.passwords import verify_password
 from talaria.errors import TalariaError
 from talaria.hub.api.deps import HubDep, StrictBody, UserDep
 from talaria.hub.api.websession import COOKIE, WebRoute
+from talaria.hub.resources import Hub
 from talaria.limits import LOGIN_MAX_FAILURES, MAX_PASSWORD_CHARS, SESSION_MAX_S
 
 router = APIRouter(prefix="/api/auth", tags=["auth"], route_class=WebRoute)
@@ -20,6 +21,16 @@ router = APIRouter(prefix="/api/auth", tags=["auth"], route_class=WebRoute)
 class LoginBody(StrictBody):
     username: str = Field(min_length=1, max_length=64)
     password: str = Field(min_length=1, max_length=MAX_PASSWORD_CHARS)
+
+
+def _refuse_if_throttled(hub: Hub, username: str, peer: str) -> None:
+    wait = hub.throttle.retry_after(username=username, peer=peer)
+    if wait is not None:
+        raise TalariaError(
+            "login_throttled",
+            f"more than {LOGIN_MAX_FAILURES - 1} failed sign-ins; try again later",
+            headers={"Retry-After": str(wait)},
+        )
 
 
 def _me(username: str, role: str, tenant: str, csrf: str) -> dict[str, Any]:
@@ -31,14 +42,8 @@ async def login(body: LoginBody, request: Request, response: Response, hub: HubD
     origin = request.headers.get("origin")
     if origin is not None and origin != hub.settings.public_origin:
         raise TalariaError("csrf_failed", "the Origin of this request is not the hub's")
-    peer = request.client.host if request.client else ""
-    wait = hub.throttle.retry_after(username=body.username, peer=peer)
-    if wait is not None:
-        raise TalariaError(
-            "login_throttled",
-            f"more than {LOGIN_MAX_FAILURES - 1} failed sign-ins; try again later",
-            headers={"Retry-After": str(wait)},
-        )
+    peer = hub.clients.of(request.scope)  # the client address: behind a trusted proxy, not the proxy
+    _refuse_if_throttled(hub, body.username, peer)
     stored = await run_in_threadpool(hub.accounts.password_hash, body.username)
     ok = await run_in_threadpool(verify_password, stored, body.password)
     account = await run_in_threadpool(hub.accounts.get, body.username) if ok else None
@@ -57,6 +62,29 @@ async def login(body: LoginBody, request: Request, response: Response, hub: HubD
         path="/",
     )
     return _me(account.username, account.role, account.tenant, csrf)
+
+
+class PasswordBody(StrictBody):
+    currentPassword: str = Field(min_length=1, max_length=MAX_PASSWORD_CHARS)
+    newPassword: str
+
+
+@router.post("/password")
+async def change_password(body: PasswordBody, request: Request, user: UserDep, hub: HubDep) -> dict[str, Any]:
+    """The signed-in person's own password (web-api.md 9): the current one is checked and throttled like a
+    sign-in; the new one follows the password rule; ``authVersion`` + 1 and every other session ends."""
+    username = user.account.username
+    peer = hub.clients.of(request.scope)
+    _refuse_if_throttled(hub, username, peer)
+    stored = await run_in_threadpool(hub.accounts.password_hash, username)
+    if not await run_in_threadpool(verify_password, stored, body.currentPassword):
+        hub.throttle.failed(username=username, peer=peer)
+        raise TalariaError("invalid_credentials", "the current password is wrong")
+    hub.throttle.succeeded(username=username)
+    changes = {"password": body.newPassword}
+    update = hub.accounts.update
+    await run_in_threadpool(lambda: update(username, user.account.tenant, changes, keep_session_hash=user.session_hash))
+    return {"ok": True}
 
 
 @router.get("/me")

@@ -22,6 +22,7 @@ from talaria.canonical import canonical_json
 from talaria.errors import TalariaError
 from talaria.hub.api.deps import AdminDep, HubDep
 from talaria.hub.api.websession import WebRoute
+from talaria.hub.errors import NOT_JSON
 from talaria.hub.resources import Hub
 from talaria.hub.runners import hermes_probe
 from talaria.hub.runners.connection_state import AccountRef
@@ -73,7 +74,7 @@ async def register_runner(request: Request, admin: AdminDep, hub: HubDep) -> Res
     try:
         body = json.loads(await request.body())
     except ValueError as exc:
-        raise TalariaError("invalid_request", "the body must be a JSON object") from exc
+        raise TalariaError("invalid_request", NOT_JSON) from exc
     fields = parse_registration(body, default_server_url=hub.settings.public_url)
     registration = await run_in_threadpool(hub.registry.register, admin.account.tenant, fields)
     answer = {"runner": summary(hub, registration.runner), "token": registration.token, "config": registration.config}
@@ -97,7 +98,11 @@ async def runner_hermes(runner_id: str, admin: AdminDep, hub: HubDep, profile: s
     if record is None or record.tenant != admin.account.tenant:
         raise TalariaError("not_found", "no such runner")
     account = AccountRef(admin.account.username, admin.account.tenant, admin.account.auth_version)
-    return _no_store(await hermes_probe.describe(hub.channels, runner_id, account, profile))
+    usable = await run_in_threadpool(hub.validity.intersection, admin.account.username, runner_id)
+    described = await hermes_probe.describe(
+        hub.channels, runner_id, account, profile, may_use_profile=profile in usable
+    )
+    return _no_store(described)
 
 
 MAX_TEST_PROMPT_CHARS = 4000
@@ -107,7 +112,7 @@ def _test_turn_body(raw: bytes) -> tuple[str, str, bool]:
     try:
         body = json.loads(raw)
     except ValueError as exc:
-        raise TalariaError("invalid_request", "the body must be a JSON object") from exc
+        raise TalariaError("invalid_request", NOT_JSON) from exc
     if not isinstance(body, dict):
         raise TalariaError("invalid_request", "the body must be a JSON object")
     unknown = set(body) - {"prompt", "profile", "tools"}
@@ -137,6 +142,11 @@ async def runner_test_turn(runner_id: str, request: Request, admin: AdminDep, hu
     record = await run_in_threadpool(hub.registry.get, runner_id)
     if record is None or record.tenant != admin.account.tenant:
         raise TalariaError("not_found", "no such runner")
+    # refused before anything streams: a profile the admin may not use there, then a node that is not connected
+    if profile not in await run_in_threadpool(hub.validity.intersection, admin.account.username, runner_id):
+        raise TalariaError("profile_not_allowed", f"you may not use profile {profile} on this node")
+    if not hub.runners.is_connected(runner_id):
+        raise TalariaError("runner_offline", "the execution node is not connected")
     account = AccountRef(admin.account.username, admin.account.tenant, admin.account.auth_version)
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
     driver = TurnDriver(hub.channels, hub.registry, hub.clock)

@@ -48,15 +48,27 @@ def plugin_ready(status: int, body: dict[str, Any] | None) -> bool:
     )
 
 
-async def describe(channels: Channels, runner_id: str, account: AccountRef, profile: str) -> dict[str, Any]:
-    """The node's Hermes as the hub sees it now (``GET /api/admin/runners/{id}/hermes``)."""
+async def describe(
+    channels: Channels, runner_id: str, account: AccountRef, profile: str, *, may_use_profile: bool
+) -> dict[str, Any]:
+    """The node's Hermes as the hub sees it now (``GET /api/admin/runners/{id}/hermes``). The version needs no
+    profile; team-tool readiness is asked only for a profile the account may use there (``checked`` says
+    whether it was), so nothing is sent to the node that its validity check would refuse."""
     status = await hermes_status(channels, runner_id, account)
+    hermes = {"version": status.get("version"), "authRequired": status.get("auth_required")}
+    if not may_use_profile:
+        reason = f"you may not use profile {profile} on this node, so its team tools were not checked"
+        unchecked = {"profile": profile, "checked": False, "reason": reason, "ready": False, "pluginVersion": None,
+                     "missing": [], "toolSearch": None, "inProcess": None}  # fmt: skip
+        return {"runnerId": runner_id, "hermes": hermes, "teamTools": unchecked}
     code, caps = await plugin_capabilities(channels, runner_id, account, profile)
     return {
         "runnerId": runner_id,
-        "hermes": {"version": status.get("version"), "authRequired": status.get("auth_required")},
+        "hermes": hermes,
         "teamTools": {
             "profile": profile,
+            "checked": True,
+            "reason": None,
             "ready": plugin_ready(code, caps),
             "pluginVersion": (caps or {}).get("plugin_version"),
             "missing": (caps or {}).get("missing", []) if code == 200 else ["plugin"],

@@ -20,8 +20,9 @@ from starlette.types import Message, Receive, Scope, Send
 
 from talaria.canonical import canonical_json
 from talaria.errors import TalariaError
+from talaria.hub.client_address import ClientAddresses
 from talaria.hub.errors import error_response
-from talaria.hub.middleware import drain
+from talaria.hub.middleware import answer_and_close, declared_length, drain
 from talaria.hub.runners import limits
 from talaria.hub.runners.channels import Channels
 from talaria.hub.runners.connection_state import ConnState
@@ -45,6 +46,8 @@ class Hub(Protocol):
     def channels(self) -> Channels: ...
     @property
     def metrics(self) -> RequestObserver: ...
+    @property
+    def clients(self) -> ClientAddresses: ...
 
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -261,10 +264,15 @@ async def serve(hub: Hub, scope: Scope, receive: Receive, send: Send) -> None:
                 raise TalariaError("method_not_allowed", "method not allowed", headers={"Allow": method})
             payload = canonical_json(await _handle(hub, headers, tracked, parts[0], parts[1]))
         except TalariaError as exc:
-            if not body_done:  # refused before reading: take the body, or the client may see a reset, not the answer
-                await drain(tracked, limit=2 * limits.MAX_POST_BYTES)
             response = error_response(exc)
             status = response.status_code
+            declared = declared_length(scope)
+            if not body_done and declared is not None and declared > limits.MAX_POST_BYTES:
+                # a body over the limit is not waited for, whatever the refusal: answer now and close
+                await answer_and_close(scope, tracked, send, status, response.raw_headers, bytes(response.body))
+                return
+            if not body_done:  # refused before reading: take the body, or the client may see a reset, not the answer
+                await drain(tracked, limit=2 * limits.MAX_POST_BYTES)
             await response(scope, receive, send)
             return
         except Exception:
@@ -279,7 +287,12 @@ async def serve(hub: Hub, scope: Scope, receive: Receive, send: Send) -> None:
     finally:
         elapsed = time.perf_counter() - started
         hub.metrics.observe_request(scope["path"], status, elapsed)
-        log.info("request", method=scope["method"], path=scope["path"], status=status, ms=round(elapsed * 1000, 1))
+        log.info("request", method=scope["method"], path=scope["path"], status=status,
+                 ms=round(elapsed * 1000, 1), client=hub.clients.of(scope))  # fmt: skip
 
 
-_OK_HEADERS = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
+_OK_HEADERS = [
+    (b"content-type", b"application/json"),
+    (b"cache-control", b"no-store"),
+    (b"x-content-type-options", b"nosniff"),
+]

@@ -11,6 +11,7 @@ Without a session a page redirects to ``/login?next=<path>``; a live part answer
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -98,6 +99,13 @@ def _refused(request: Request, user: WebUser | None, error: TalariaError) -> Res
                    title="Not possible")  # fmt: skip
 
 
+async def not_found_page(request: Request) -> Response:
+    """The HTML 404 for a browser asking for an unknown path (``errors.install`` calls it)."""
+    user = await _viewer(request)
+    message = "There is no page at this address."
+    return _render(request, user, "error.html", 404, code="not_found", message=message, title="Not found")
+
+
 async def _page(request: Request, admin: bool = False) -> WebUser | Response:
     user = await _viewer(request)
     if user is None:
@@ -165,10 +173,22 @@ async def login_page(request: Request, next: str | None = None) -> Response:
 
 
 async def _task_choices(user: WebUser, hub: Hub) -> dict[str, Any]:
-    sources = (await api_sources.list_sources(user=user, hub=hub))["sources"]
-    names = sorted({s["name"] for s in sources} | set(user.account.allowed_profiles))
-    profiles = sorted({p for listed in user.account.allowed_profiles.values() for p in listed})
-    return {"source_names": names, "profile_names": profiles}
+    """The (source, profile) pairs the author may use, for the one ``Profile`` select: ``value`` is the JSON the
+    form merges into the task's body (``cell``, ``profile``), ``note`` says why such a task would wait."""
+    sources = {s["name"]: s["runner"] for s in (await api_sources.list_sources(user=user, hub=hub))["sources"]}
+    choices = []
+    for source, profiles in sorted(user.account.allowed_profiles.items()):
+        runner = sources.get(source)
+        for profile in profiles:
+            if runner is None:
+                note = "no execution node"
+            elif profile not in runner["allowedProfiles"]:
+                note = "the node does not allow it"
+            else:
+                note = "" if runner["online"] else "node offline"
+            value = json.dumps({"cell": source, "profile": profile}, sort_keys=True)
+            choices.append({"source": source, "profile": profile, "note": note, "value": value})
+    return {"choices": choices}
 
 
 async def _tasks_view(request: Request, user: WebUser, state: str | None, cursor: str | None) -> dict[str, Any]:
@@ -266,9 +286,11 @@ async def audit_page(request: Request, cursor: str | None = None) -> Response:
 
 @router.get("/settings")
 async def settings_page(request: Request) -> Response:
-    user = await _page(request, admin=True)
+    user = await _page(request)
     if isinstance(user, Response):
         return user
+    if not user.is_admin:  # a user's settings are their own account's
+        return RedirectResponse("/settings/password", status_code=303)
     nodes = await _nodes(request, user)
     accounts = await api_accounts.list_accounts(admin=user, hub=_hub(request), limit=100, cursor=None)
     return _render(request, user, "settings.html", title="Settings", section="settings", sub=None,
@@ -280,6 +302,16 @@ async def _nodes(request: Request, user: WebUser) -> list[dict[str, Any]]:
     records = await run_in_threadpool(hub.registry.all, user.account.tenant)
     listed = [summary(hub, record) for record in records]
     return sorted(listed, key=lambda n: (not n["enabled"], -n["createdAt"]))
+
+
+@router.get("/settings/password")
+async def password_page(request: Request, changed: int = 0) -> Response:
+    """Settings → Your password, for everyone signed in (``POST /api/auth/password``)."""
+    user = await _page(request)
+    if isinstance(user, Response):
+        return user
+    return _render(request, user, "password.html", title="Your password", section="settings", sub="password",
+                   changed=changed == 1)  # fmt: skip
 
 
 @router.get("/settings/nodes")

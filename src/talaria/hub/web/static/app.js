@@ -36,6 +36,10 @@
       if (!el.name || el.disabled) continue;
       named = true;
       if (el.dataset.optional !== undefined && el.value === "") continue;
+      if (el.dataset.kind === "merge") {  // one field standing for several: its value is their JSON
+        Object.assign(body, JSON.parse(el.value));
+        continue;
+      }
       if (el.dataset.default !== undefined && el.value.trim() === "") {
         body[el.name] = el.dataset.default;
         continue;
@@ -175,7 +179,9 @@
         return;
       }
       const tools = answer.teamTools;
-      const readiness = tools.ready
+      const readiness = tools.checked === false
+        ? `team tools not checked: ${tools.reason}`
+        : tools.ready
         ? `team tools ready in profile ${tools.profile} (plugin ${tools.pluginVersion})`
         : `team tools not ready in profile ${tools.profile}: missing ${tools.missing.join(", ") || "the plugin"}`;
       out.textContent = `${name}: Hermes ${answer.hermes.version || "of unknown version"}; ${readiness}.`;

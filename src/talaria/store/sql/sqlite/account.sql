@@ -22,3 +22,7 @@ UPDATE account SET role = :role, password_hash = :password_hash, enabled = :enab
     allowed_profiles = :allowed_profiles, can_manage_team = :can_manage_team,
     auth_version = :auth_version, updated_at = :now
 WHERE username = :username AND auth_version = :expected_auth_version
+
+-- name: account_count_other_enabled_admins
+-- How many enabled admins the tenant has besides this account (the last one may not leave, web-api.md 3).
+SELECT COUNT(*) AS n FROM account WHERE tenant = :tenant AND role = 'admin' AND enabled = 1 AND username <> :username

@@ -22,6 +22,10 @@ DELETE FROM web_session WHERE id_hash = :id_hash
 -- End every session of an account (disable, role or password change).
 DELETE FROM web_session WHERE username = :username
 
+-- name: session_delete_for_user_but
+-- End every session of an account but one (the person changed their own password in that one).
+DELETE FROM web_session WHERE username = :username AND id_hash <> :kept
+
 -- name: session_prune
 -- Remove sessions past their idle or absolute lifetime.
 DELETE FROM web_session WHERE last_seen_at <= :idle_before OR created_at <= :created_before

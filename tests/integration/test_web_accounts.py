@@ -268,7 +268,7 @@ def test_account_routes_need_an_admin(web: Web) -> None:
 
 
 def test_objects_of_another_tenant_are_invisible(web: Web) -> None:
-    add_account(web.server, "tina", "admin", tenant="acme")
+    add_account(web.server, "tina", "admin", tenant="acme", allowed_profiles={"local": ["default"]})
     tina = web.login("tina")
     assert tina.get("/api/auth/me").json()["tenant"] == "acme"
     # Usernames are unique across tenants; accounts are listed and changed per tenant.

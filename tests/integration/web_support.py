@@ -104,7 +104,7 @@ class Web:
 
     def __post_init__(self) -> None:
         for name, role in (("ada", "admin"), ("uma", "user"), ("ulf", "user")):
-            add_account(self.server, name, role)
+            add_account(self.server, name, role, allowed_profiles={"local": ["default"], "lab": ["default"]})
 
     # Signed in on first use (each sign-in is a store write).
     @cached_property

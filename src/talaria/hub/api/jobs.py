@@ -18,6 +18,7 @@ from talaria.hub.resources import Hub
 from talaria.lifecycle.machine import JobState
 from talaria.lifecycle.reads import AuditEntry, JobWithResult
 from talaria.limits import MAX_CANCEL_REASON_CHARS
+from talaria.text_rules import TextRefused, one_line
 
 router = APIRouter(tags=["jobs", "audit"], route_class=WebRoute)
 
@@ -70,14 +71,17 @@ async def get_job(job_id: str, user: UserDep, hub: HubDep) -> dict[str, Any]:
 
 @router.post("/api/jobs/{job_id}/cancel")
 async def cancel_job(job_id: str, body: CancelJob, admin: AdminDep, hub: HubDep) -> dict[str, Any]:
+    try:
+        reason = one_line("reason", body.reason)
+    except TextRefused as exc:
+        raise TalariaError("invalid_request", str(exc)) from None
+
     def run() -> JobWithResult:
         job = visible_job(hub, admin, job_id).job
         dispatch = hub.engine.job_dispatch(job)
         if dispatch is None:
             raise TalariaError("dispatch_missing", "the job's dispatch is missing")
-        hub.engine.cancel(
-            admin.actor, job_id=job_id, binding=dispatch.binding(admin.actor.principal), reason=body.reason
-        )
+        hub.engine.cancel(admin.actor, job_id=job_id, binding=dispatch.binding(admin.actor.principal), reason=reason)
         return visible_job(hub, admin, job_id)
 
     found = await run_in_threadpool(run)

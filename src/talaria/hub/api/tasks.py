@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -10,6 +11,7 @@ from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
 from talaria.accounts.rules import PROFILE, SOURCE
+from talaria.accounts.service import Account
 from talaria.errors import TalariaError
 from talaria.hub.api.deps import AdminDep, HubDep, StrictBody, UserDep
 from talaria.hub.api.views import decode_cursor, dispatch_json, encode_cursor, job_json, page_limit, task_json
@@ -17,9 +19,11 @@ from talaria.hub.api.visibility import visible_task
 from talaria.hub.api.waiting import waiting_reason
 from talaria.hub.api.websession import WebRoute
 from talaria.ids import trace_id
+from talaria.lifecycle.actor import username_of
 from talaria.lifecycle.machine import TaskState
 from talaria.lifecycle.reads import TaskWithJob
 from talaria.limits import MAX_REJECT_REASON_CHARS, MAX_TASK_PROMPT_CHARS, MAX_TASK_TITLE_CHARS
+from talaria.text_rules import TextRefused, multi_line, one_line
 
 router = APIRouter(prefix="/api/tasks", tags=["tasks"], route_class=WebRoute)
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
@@ -47,18 +51,34 @@ def _trace(request: Request) -> str:
     return trace_id()
 
 
+def _text(check: Callable[[str, str], str], field: str, value: str) -> str:
+    try:
+        return check(field, value)
+    except TextRefused as exc:
+        raise TalariaError("invalid_request", str(exc)) from None
+
+
+def _may_use(account: Account, cell: str, profile: str) -> None:
+    """403 ``profile_not_allowed`` unless (cell, profile) is in the account's allowed profiles (web-api.md 9)."""
+    if profile not in account.allowed_profiles.get(cell, []):
+        raise TalariaError("profile_not_allowed", f"{account.username} may not use profile {profile} on {cell}")
+
+
 @router.post("", status_code=201)
 async def create_task(body: CreateTask, request: Request, user: UserDep, hub: HubDep) -> dict[str, Any]:
+    title = _text(one_line, "title", body.title)
+    prompt = _text(multi_line, "prompt", body.prompt)
     if not SOURCE.match(body.cell):
         raise TalariaError("invalid_request", "cell must be a source name (a-z 0-9 . _ -, up to 64)")
     if not PROFILE.match(body.profile):
         raise TalariaError("invalid_request", "profile must be a Hermes profile name")
+    _may_use(user.account, body.cell, body.profile)
     task = await run_in_threadpool(
         lambda: hub.engine.create_task(
             user.actor,
             tenant=user.account.tenant,
-            title=body.title,
-            spec={"prompt": body.prompt},
+            title=title,
+            spec={"prompt": prompt},
             cell=body.cell,
             profile=body.profile,
             trace=_trace(request),
@@ -101,7 +121,8 @@ async def get_task(task_id: str, user: UserDep, hub: HubDep) -> dict[str, Any]:
 
 @router.post("/{task_id}/submit")
 async def submit_task(task_id: str, user: UserDep, hub: HubDep) -> dict[str, Any]:
-    await run_in_threadpool(visible_task, hub, user, task_id)
+    found = await run_in_threadpool(visible_task, hub, user, task_id)
+    _may_use(user.account, found.task.cell, found.task.profile)  # the author's access may have changed
     task = await run_in_threadpool(
         lambda: hub.engine.submit_task(user.actor, tenant=user.account.tenant, task_id=task_id)
     )
@@ -110,7 +131,11 @@ async def submit_task(task_id: str, user: UserDep, hub: HubDep) -> dict[str, Any
 
 @router.post("/{task_id}/approve")
 async def approve_task(task_id: str, admin: AdminDep, hub: HubDep) -> dict[str, Any]:
-    await run_in_threadpool(visible_task, hub, admin, task_id)
+    found = await run_in_threadpool(visible_task, hub, admin, task_id)
+    author = await run_in_threadpool(hub.accounts.get, username_of(found.task.created_by) or "")
+    if author is None or not author.enabled:
+        raise TalariaError("profile_not_allowed", "the task's author no longer has an enabled account")
+    _may_use(author, found.task.cell, found.task.profile)  # the author's, not the approver's, allowed profiles
     task, dispatch, job = await run_in_threadpool(
         lambda: hub.engine.approve_and_dispatch(admin.actor, tenant=admin.account.tenant, task_id=task_id)
     )
@@ -124,8 +149,9 @@ async def approve_task(task_id: str, admin: AdminDep, hub: HubDep) -> dict[str, 
 @router.post("/{task_id}/reject")
 async def reject_task(task_id: str, body: RejectTask, admin: AdminDep, hub: HubDep) -> dict[str, Any]:
     await run_in_threadpool(visible_task, hub, admin, task_id)
+    reason = _text(one_line, "reason", body.reason)
     task = await run_in_threadpool(
-        lambda: hub.engine.reject_task(admin.actor, tenant=admin.account.tenant, task_id=task_id, reason=body.reason)
+        lambda: hub.engine.reject_task(admin.actor, tenant=admin.account.tenant, task_id=task_id, reason=reason)
     )
     return {"task": task_json(task, None)}
 
@@ -133,7 +159,7 @@ async def reject_task(task_id: str, body: RejectTask, admin: AdminDep, hub: HubD
 @router.post("/{task_id}/cancel")
 async def cancel_task(task_id: str, user: UserDep, hub: HubDep, body: CancelTask | None = None) -> dict[str, Any]:
     await run_in_threadpool(visible_task, hub, user, task_id)
-    reason = body.reason if body and body.reason else f"cancelled by {user.account.username}"
+    reason = _text(one_line, "reason", body.reason) if body and body.reason else f"cancelled by {user.account.username}"
     await run_in_threadpool(
         lambda: hub.engine.cancel_task(user.actor, tenant=user.account.tenant, task_id=task_id, reason=reason)
     )

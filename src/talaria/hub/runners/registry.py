@@ -26,6 +26,7 @@ from talaria.runner_json import (
     check_server_url,
 )
 from talaria.store.interface import Row, Store
+from talaria.text_rules import TextRefused, one_line
 
 SOURCE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _FIELDS = ("name", "source", "allowedProfiles", "serverURL", "hermesURL", "artifactRoots", "allowInsecureLan")
@@ -101,6 +102,10 @@ def parse_registration(body: Any, *, default_server_url: str) -> dict[str, Any]:
     name = body.get("name")
     if not isinstance(name, str) or not 1 <= len(name.strip()) <= 100:
         raise _bad("name", "must be 1-100 characters")
+    try:
+        name = one_line("name", name)
+    except TextRefused as exc:
+        raise _bad("name", str(exc).removeprefix("name ")) from None
     source = body.get("source", "local")
     if not isinstance(source, str) or not SOURCE.match(source):
         raise _bad("source", "must match ^[a-z0-9][a-z0-9._-]{0,63}$")

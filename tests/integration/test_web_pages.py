@@ -191,3 +191,10 @@ def test_the_audit_page_shows_each_subject_as_labelled_fields(hub: HubServer) ->
         assert "{&#39;task&#39;" not in page and "{'task'" not in page  # no Python dict text
     finally:
         root.close()
+
+
+def test_the_favicon_is_an_empty_answer_not_a_404(hub: HubServer) -> None:
+    with httpx.Client(base_url=hub.url) as anonymous:
+        icon = anonymous.get("/favicon.ico", headers={"Accept": "image/avif,image/webp,*/*"})
+        assert icon.status_code == 204 and icon.content == b""
+        assert icon.headers["x-content-type-options"] == "nosniff"

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from typing import Final
 from urllib.parse import urlsplit
 
+from talaria.text_rules import is_control
+
 DEFAULT_HERMES_URL: Final = "http://127.0.0.1:9119"
 LOOPBACK_SERVER_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "[::1]"})
 HERMES_HOSTS: Final = frozenset({"127.0.0.1", "[::1]"})
@@ -39,11 +41,6 @@ class ConfigError(Exception):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
-
-
-def is_control(ch: str) -> bool:
-    code = ord(ch)
-    return code < 0x20 or 0x7F <= code <= 0x9F
 
 
 def _split_url(name: str, value: object) -> tuple[str, str, str]:

@@ -18,7 +18,8 @@ class TextRefused(ValueError):
     """A text field broke a rule; ``str()`` names the field and the rule, never the value."""
 
 
-def _is_control(ch: str) -> bool:
+def is_control(ch: str) -> bool:
+    """A C0 or C1 control character (U+0000-001F, U+007F-009F)."""
     code = ord(ch)
     return code < 0x20 or 0x7F <= code <= 0x9F
 
@@ -27,7 +28,7 @@ def _check(field: str, value: str, allowed: frozenset[str]) -> None:
     if not value.strip():
         raise TextRefused(f"{field} must not be blank")
     for ch in value:
-        if (_is_control(ch) and ch not in allowed) or ch in BIDI_CONTROLS:
+        if (is_control(ch) and ch not in allowed) or ch in BIDI_CONTROLS:
             kind = "a bidirectional control" if ch in BIDI_CONTROLS else "a control character"
             raise TextRefused(f"{field} must not contain {kind} (U+{ord(ch):04X})")
 

@@ -9,7 +9,7 @@ from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
 from talaria.errors import TalariaError
-from talaria.hub.api.deps import AdminDep, HubDep, StrictBody, UserDep
+from talaria.hub.api.deps import AdminDep, HubDep, StrictBody, UserDep, text_field
 from talaria.hub.api.views import audit_json, decode_cursor, encode_cursor, job_json, page_limit
 from talaria.hub.api.visibility import visible_job, visible_task
 from talaria.hub.api.waiting import waiting_reason
@@ -18,7 +18,7 @@ from talaria.hub.resources import Hub
 from talaria.lifecycle.machine import JobState
 from talaria.lifecycle.reads import AuditEntry, JobWithResult
 from talaria.limits import MAX_CANCEL_REASON_CHARS
-from talaria.text_rules import TextRefused, one_line
+from talaria.text_rules import one_line
 
 router = APIRouter(tags=["jobs", "audit"], route_class=WebRoute)
 
@@ -71,10 +71,7 @@ async def get_job(job_id: str, user: UserDep, hub: HubDep) -> dict[str, Any]:
 
 @router.post("/api/jobs/{job_id}/cancel")
 async def cancel_job(job_id: str, body: CancelJob, admin: AdminDep, hub: HubDep) -> dict[str, Any]:
-    try:
-        reason = one_line("reason", body.reason)
-    except TextRefused as exc:
-        raise TalariaError("invalid_request", str(exc)) from None
+    reason = text_field(one_line, "reason", body.reason)
 
     def run() -> JobWithResult:
         job = visible_job(hub, admin, job_id).job

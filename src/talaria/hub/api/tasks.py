@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -13,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from talaria.accounts.rules import PROFILE, SOURCE
 from talaria.accounts.service import Account
 from talaria.errors import TalariaError
-from talaria.hub.api.deps import AdminDep, HubDep, StrictBody, UserDep
+from talaria.hub.api.deps import AdminDep, HubDep, StrictBody, UserDep, text_field
 from talaria.hub.api.views import decode_cursor, dispatch_json, encode_cursor, job_json, page_limit, task_json
 from talaria.hub.api.visibility import visible_task
 from talaria.hub.api.waiting import waiting_reason
@@ -23,7 +22,7 @@ from talaria.lifecycle.actor import username_of
 from talaria.lifecycle.machine import TaskState
 from talaria.lifecycle.reads import TaskWithJob
 from talaria.limits import MAX_REJECT_REASON_CHARS, MAX_TASK_PROMPT_CHARS, MAX_TASK_TITLE_CHARS
-from talaria.text_rules import TextRefused, multi_line, one_line
+from talaria.text_rules import multi_line, one_line
 
 router = APIRouter(prefix="/api/tasks", tags=["tasks"], route_class=WebRoute)
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
@@ -51,13 +50,6 @@ def _trace(request: Request) -> str:
     return trace_id()
 
 
-def _text(check: Callable[[str, str], str], field: str, value: str) -> str:
-    try:
-        return check(field, value)
-    except TextRefused as exc:
-        raise TalariaError("invalid_request", str(exc)) from None
-
-
 def _may_use(account: Account, cell: str, profile: str) -> None:
     """403 ``profile_not_allowed`` unless (cell, profile) is in the account's allowed profiles (web-api.md 9)."""
     if profile not in account.allowed_profiles.get(cell, []):
@@ -66,8 +58,8 @@ def _may_use(account: Account, cell: str, profile: str) -> None:
 
 @router.post("", status_code=201)
 async def create_task(body: CreateTask, request: Request, user: UserDep, hub: HubDep) -> dict[str, Any]:
-    title = _text(one_line, "title", body.title)
-    prompt = _text(multi_line, "prompt", body.prompt)
+    title = text_field(one_line, "title", body.title)
+    prompt = text_field(multi_line, "prompt", body.prompt)
     if not SOURCE.match(body.cell):
         raise TalariaError("invalid_request", "cell must be a source name (a-z 0-9 . _ -, up to 64)")
     if not PROFILE.match(body.profile):
@@ -149,7 +141,7 @@ async def approve_task(task_id: str, admin: AdminDep, hub: HubDep) -> dict[str, 
 @router.post("/{task_id}/reject")
 async def reject_task(task_id: str, body: RejectTask, admin: AdminDep, hub: HubDep) -> dict[str, Any]:
     await run_in_threadpool(visible_task, hub, admin, task_id)
-    reason = _text(one_line, "reason", body.reason)
+    reason = text_field(one_line, "reason", body.reason)
     task = await run_in_threadpool(
         lambda: hub.engine.reject_task(admin.actor, tenant=admin.account.tenant, task_id=task_id, reason=reason)
     )
@@ -159,7 +151,9 @@ async def reject_task(task_id: str, body: RejectTask, admin: AdminDep, hub: HubD
 @router.post("/{task_id}/cancel")
 async def cancel_task(task_id: str, user: UserDep, hub: HubDep, body: CancelTask | None = None) -> dict[str, Any]:
     await run_in_threadpool(visible_task, hub, user, task_id)
-    reason = _text(one_line, "reason", body.reason) if body and body.reason else f"cancelled by {user.account.username}"
+    reason = (
+        text_field(one_line, "reason", body.reason) if body and body.reason else f"cancelled by {user.account.username}"
+    )
     await run_in_threadpool(
         lambda: hub.engine.cancel_task(user.actor, tenant=user.account.tenant, task_id=task_id, reason=reason)
     )

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from talaria.clock import Clock
-from talaria.store.interface import Row, Store
+from talaria.store.interface import Row, Store, Tx
 
 SUBMITTING, SUBMITTED, FINISHED = "submitting", "submitted", "finished"
 OUTCOMES = frozenset({"complete", "error", "interrupted", "timeout"})
@@ -119,37 +119,35 @@ class JobTurns:
 
     def submitted(self, job_id: str, stored_session_id: str | None) -> None:
         """``submitting`` → ``submitted``."""
-        self._move(job_id, SUBMITTING, TurnEvent.SUBMITTED, stored_session_id)
+        with self.store.write() as tx:
+            self._move(tx, job_id, SUBMITTING, TurnEvent.SUBMITTED, stored_session_id)
 
-    def finish(self, job_id: str, outcome: str, reply: str | None, stored_session_id: str | None) -> JobTurn:
-        """``submitting``/``submitted`` → ``finished`` with the outcome; returns the record. Finishing a turn
-        already finished returns the record as it is (the first outcome wins)."""
+    def finish(self, job_id: str, outcome: str, reply: str | None, stored_session_id: str | None) -> None:
+        """``submitting``/``submitted`` → ``finished`` with the outcome, in one transaction. A turn already
+        finished keeps its record (the first outcome wins)."""
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown turn outcome {outcome}")
-        current = self.get(job_id)
-        if current is None:
-            raise TurnMoveRefused(f"job {job_id} has no recorded turn")
-        if current.state != FINISHED:
-            self._move(job_id, current.state, TurnEvent.FINISHED, stored_session_id, outcome=outcome, reply=reply)
-        done = self.get(job_id)
-        assert done is not None
-        return done
+        with self.store.write() as tx:
+            row = tx.one("job_turn_get", job_id=job_id)
+            if row is None:
+                raise TurnMoveRefused(f"job {job_id} has no recorded turn")
+            if row["state"] != FINISHED:
+                self._move(tx, job_id, str(row["state"]), TurnEvent.FINISHED, stored_session_id, outcome, reply)
 
     def _move(
         self,
+        tx: Tx,
         job_id: str,
         from_state: str,
         event: TurnEvent,
         stored_session_id: str | None,
-        *,
         outcome: str | None = None,
         reply: str | None = None,
     ) -> None:
         to_state = next_turn_state(from_state, event)
-        with self.store.write() as tx:
-            changed = tx.run(
-                "job_turn_move", job_id=job_id, from_state=from_state, to_state=to_state,
-                stored_session_id=stored_session_id, outcome=outcome, reply=reply, now=self.clock.now_ms(),
-            )  # fmt: skip
+        changed = tx.run(
+            "job_turn_move", job_id=job_id, from_state=from_state, to_state=to_state,
+            stored_session_id=stored_session_id, outcome=outcome, reply=reply, now=self.clock.now_ms(),
+        )  # fmt: skip
         if changed != 1:
             raise TurnMoveRefused(f"job {job_id}'s turn was not in state {from_state}")

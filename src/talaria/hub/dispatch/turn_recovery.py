@@ -11,7 +11,6 @@ stored session unknown) is ``runner_command_uncertain``, and the session is neve
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import json
@@ -22,7 +21,7 @@ from talaria.errors import TalariaError
 from talaria.hub.dispatch.job_turns import JobTurn
 from talaria.hub.runners.channels import Channels
 from talaria.hub.runners.connection_state import AccountRef, Gateway
-from talaria.hub.turns.driver import DEADLINE_CHECK_S, TURN_TIMEOUT, TurnResult
+from talaria.hub.turns.driver import TurnResult, frame_within
 
 PAGE = 500
 MAX_PAGES = 20  # runner-protocol.md 13
@@ -86,15 +85,14 @@ async def _reattach(channels: Channels, gateway: Gateway, runtime_id: str, clock
     """Wait on the new channel for the running turn's ``message.complete``; at ``deadline_ms`` interrupt the
     turn and raise ``turn_timeout``."""
     while True:
-        left = (deadline_ms - clock.now_ms()) / 1000
-        if left <= 0:
-            with contextlib.suppress(TalariaError):
-                await channels.rpc(gateway, "session.interrupt", {"session_id": runtime_id})
-            raise TalariaError(TURN_TIMEOUT, "the turn reached its time limit (turns.max_turn_s) and was stopped")
         try:
-            frame = await asyncio.wait_for(gateway.events.get(), min(left, DEADLINE_CHECK_S))
+            frame = await frame_within(gateway, clock, deadline_ms)
         except TimeoutError:
             continue
+        except TalariaError:  # turn_timeout: stop the turn, then say so
+            with contextlib.suppress(TalariaError):
+                await channels.rpc(gateway, "session.interrupt", {"session_id": runtime_id})
+            raise
         if frame is None:
             raise Unrecoverable("the channel closed while the re-attached turn ran")
         if frame.get("session_id") == runtime_id and frame.get("type") == "message.complete":

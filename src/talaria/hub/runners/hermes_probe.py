@@ -56,23 +56,15 @@ async def describe(
     whether it was), so nothing is sent to the node that its validity check would refuse."""
     status = await hermes_status(channels, runner_id, account)
     hermes = {"version": status.get("version"), "authRequired": status.get("auth_required")}
-    if not may_use_profile:
+    tools: dict[str, Any] = {"profile": profile, "checked": may_use_profile, "reason": None}
+    if may_use_profile:
+        code, caps = await plugin_capabilities(channels, runner_id, account, profile)
+        found = caps or {}
+        missing = found.get("missing", []) if code == 200 else ["plugin"]
+        tools |= {"ready": plugin_ready(code, caps), "pluginVersion": found.get("plugin_version"), "missing": missing,
+                  "toolSearch": found.get("tool_search"), "inProcess": found.get("in_process")}  # fmt: skip
+    else:
         reason = f"you may not use profile {profile} on this node, so its team tools were not checked"
-        unchecked = {"profile": profile, "checked": False, "reason": reason, "ready": False, "pluginVersion": None,
-                     "missing": [], "toolSearch": None, "inProcess": None}  # fmt: skip
-        return {"runnerId": runner_id, "hermes": hermes, "teamTools": unchecked}
-    code, caps = await plugin_capabilities(channels, runner_id, account, profile)
-    return {
-        "runnerId": runner_id,
-        "hermes": hermes,
-        "teamTools": {
-            "profile": profile,
-            "checked": True,
-            "reason": None,
-            "ready": plugin_ready(code, caps),
-            "pluginVersion": (caps or {}).get("plugin_version"),
-            "missing": (caps or {}).get("missing", []) if code == 200 else ["plugin"],
-            "toolSearch": (caps or {}).get("tool_search"),
-            "inProcess": (caps or {}).get("in_process"),
-        },
-    }
+        tools |= {"reason": reason, "ready": False, "pluginVersion": None, "missing": [], "toolSearch": None,
+                  "inProcess": None}  # fmt: skip
+    return {"runnerId": runner_id, "hermes": hermes, "teamTools": tools}

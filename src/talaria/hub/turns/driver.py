@@ -62,6 +62,16 @@ class TurnHooks:
     interrupt_abandoned: Callable[[], bool] | None = None
 
 
+async def frame_within(gateway: Gateway, clock: Clock, deadline_ms: int) -> dict[str, Any] | None:
+    """The channel's next frame (None: the channel closed), waited for at most ``DEADLINE_CHECK_S``, since an
+    injected clock may move without a frame arriving: ``TimeoutError`` when that slice passed without one, and
+    ``turn_timeout`` once ``deadline_ms`` has passed."""
+    left = (deadline_ms - clock.now_ms()) / 1000
+    if left <= 0:
+        raise TalariaError(TURN_TIMEOUT, "the turn reached its time limit (turns.max_turn_s) and was stopped")
+    return await asyncio.wait_for(gateway.events.get(), min(left, DEADLINE_CHECK_S))
+
+
 def run_marker(run_id: str, work_id: str) -> str:
     return f"[talaria-run:{run_id}:{work_id}]"
 
@@ -170,11 +180,8 @@ class TurnDriver:
         while True:
             if grant is not None and grant.revoked.is_set():
                 raise TalariaError(ACCESS_REVOKED, "the account behind this turn lost its access; the turn was stopped")
-            left = (deadline_ms - self.clock.now_ms()) / 1000
-            if left <= 0:
-                raise TalariaError(TURN_TIMEOUT, "the turn reached its time limit (turns.max_turn_s) and was stopped")
             try:
-                frame = await asyncio.wait_for(gateway.events.get(), min(left, DEADLINE_CHECK_S))
+                frame = await frame_within(gateway, self.clock, deadline_ms)
             except TimeoutError:
                 continue
             if frame is None and (gateway.revoked or (grant is not None and grant.revoked.is_set())):

@@ -86,7 +86,7 @@ def test_a_hub_that_dies_between_the_turn_s_end_and_the_complete_commit_finishes
             released.wait(30)
             raise RuntimeError("the hub is gone")  # never reaches the engine
 
-        monkeypatch.setattr(dispatcher, "_complete", stuck_complete)
+        monkeypatch.setattr(dispatcher.holder, "complete", stuck_complete)
         job = env.approved_job("finish me once")
         assert entered.wait(20), "the turn never ended"
         recorded = dispatcher.turns.get(job["id"])

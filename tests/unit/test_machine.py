@@ -40,7 +40,9 @@ JOB_TABLE: dict[tuple[str, JobOp], str] = {
     (L, JobOp.ADMIN_CANCEL): L,  # row 9: unchanged state, flag set
     (R, JobOp.ADMIN_CANCEL): R,
 }
-NON_EXPIRY_OPS = [op for op in JobOp if op is not JobOp.EXPIRE]
+# expiry and the holder's release (ADR 0030) end a lease alike: rows 10-12
+REQUEUEING = [JobOp.EXPIRE, JobOp.RELEASE]
+NON_EXPIRY_OPS = [op for op in JobOp if op not in REQUEUEING]
 ALL_JOB_STATES = list(JobState)
 
 
@@ -83,6 +85,7 @@ def test_terminal_rows_never_change(state: JobState, op: JobOp) -> None:
     assert info.value.code == "invalid_transition"
 
 
+@pytest.mark.parametrize("op", REQUEUEING)
 @pytest.mark.parametrize("state", [L, R])
 @pytest.mark.parametrize(
     ("exhausted", "cancel_requested", "expected"),
@@ -93,20 +96,24 @@ def test_terminal_rows_never_change(state: JobState, op: JobOp) -> None:
         (True, True, C),  # row 12 takes precedence over row 11
     ],
 )
-def test_expiry_rows_10_11_12(state: JobState, exhausted: bool, cancel_requested: bool, expected: JobState) -> None:
-    assert allowed(state, JobOp.EXPIRE)
-    assert next_job_state(state, JobOp.EXPIRE, exhausted=exhausted, cancel_requested=cancel_requested) == expected
+def test_expiry_rows_10_11_12(
+    state: JobState, exhausted: bool, cancel_requested: bool, expected: JobState, op: JobOp
+) -> None:
+    assert allowed(state, op)
+    assert next_job_state(state, op, exhausted=exhausted, cancel_requested=cancel_requested) == expected
 
 
-def test_expiry_default_is_a_requeue() -> None:
-    assert next_job_state(R, JobOp.EXPIRE) == Q
+@pytest.mark.parametrize("op", REQUEUEING)
+def test_expiry_default_is_a_requeue(op: JobOp) -> None:
+    assert next_job_state(R, op) == Q
 
 
+@pytest.mark.parametrize("op", REQUEUEING)
 @pytest.mark.parametrize("state", [Q, S, F, C])
-def test_expiry_only_from_leased_states(state: JobState) -> None:
-    assert not allowed(state, JobOp.EXPIRE)
+def test_expiry_only_from_leased_states(state: JobState, op: JobOp) -> None:
+    assert not allowed(state, op)
     with pytest.raises(TalariaError) as info:
-        next_job_state(state, JobOp.EXPIRE)
+        next_job_state(state, op)
     assert info.value.code == "invalid_transition"
 
 

@@ -26,3 +26,7 @@ class HubTimings:
     # the dispatcher checks that an offline runner is back
     pre_submit_retry_s: float = 1.0
     runner_back_check_s: float = 0.2
+    # a node whose Hermes was unavailable: the first pause before its Hermes is asked again, and the longest
+    # (the pause doubles; ADR 0030)
+    hermes_retry_s: float = 5.0
+    hermes_retry_max_s: float = 60.0

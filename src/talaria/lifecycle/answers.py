@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 from talaria.canonical import canonical_json
 from talaria.clock import rfc3339
 from talaria.lifecycle.binding import Binding
-from talaria.lifecycle.machine import TaskState
+from talaria.lifecycle.machine import JobState, TaskState
 from talaria.lifecycle.records import LeaseRef
 
 A = TypeVar("A")
@@ -224,6 +224,37 @@ def _cancel_from_wire(data: dict[str, Any]) -> Cancelled:
 
 
 @dataclass(frozen=True, slots=True)
+class Requeued:
+    """A holder's release that put the job back in the queue for its next attempt (ADR 0030)."""
+
+    job: str
+    revision: int
+    attempt: int
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "state": JobState.QUEUED,
+            "revision": self.revision,
+            "attempt": self.attempt,
+            "result_digest": None,
+            "task_state": TaskState.DISPATCHED,
+            "dispatch_state": "OPEN",
+        }
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> Requeued:
+        return cls(data["job"], data["revision"], data["attempt"])
+
+
+Released = Ended | Requeued
+
+
+def _release_from_wire(data: dict[str, Any]) -> Released:
+    return Requeued.from_wire(data) if data["result_digest"] is None else Ended.from_wire(data)
+
+
+@dataclass(frozen=True, slots=True)
 class LeaseView:
     lease_epoch: int
     owner_principal: str
@@ -321,7 +352,7 @@ class Discovery:
         return {"jobs": [job.wire() for job in self.jobs]}
 
 
-JobAnswer = Claimed | Started | Beat | Ended | CancelPending
+JobAnswer = Claimed | Started | Beat | Ended | CancelPending | Requeued
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,6 +383,7 @@ DECODERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "complete": Ended.from_wire,
     "fail": Ended.from_wire,
     "cancel": _cancel_from_wire,
+    "release": _release_from_wire,
 }
 
 

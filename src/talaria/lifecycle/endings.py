@@ -35,7 +35,7 @@ from talaria.store.interface import Tx
 _OPERATION = {JobOp.COMPLETE: "complete", JobOp.FAIL: "fail", JobOp.HOLDER_CANCEL: "cancel"}
 
 
-def _terminal(
+def terminal_in(
     tx: Tx,
     now: int,
     actor: Actor,
@@ -112,7 +112,7 @@ def admin_cancel_in(
     to_state = next_job_state(job.state, JobOp.ADMIN_CANCEL)
     if to_state in TERMINAL:
         ended = Ended(job.id, to_state, job.revision + 1, digest({"reason": reason}), cancel_requested=False)
-        reply = _terminal(
+        reply = terminal_in(
             tx,
             now,
             actor,
@@ -186,7 +186,7 @@ class EndEntries(Context):
                 return expired_refusal(tx, now, actor, job, dispatch, signals)
             cancel = job.cancel_requested if op is JobOp.HOLDER_CANCEL else None
             ended = Ended(job.id, next_job_state(job.state, op), job.revision + 1, result_digest, cancel)
-            return _terminal(
+            return terminal_in(
                 tx,
                 now,
                 actor,

@@ -2,9 +2,10 @@
 
 One layer: the entry points are this class's methods, defined by concern in ``tasks.TaskEntries``
 (tasks and dispatch), ``leasing.LeaseEntries`` (claim, start, heartbeat), ``endings.EndEntries``
-(complete, fail, cancel) and ``reads.ReadEntries`` (status, discovery, the web API's reads). Callers
-differ only in the ``Actor`` they pass. Each mutating call is one write transaction and returns a
-typed record or ``answers.Reply``, or raises ``TalariaError`` with a code of lifecycle.md 6.7.
+(complete, fail, cancel), ``release.ReleaseEntries`` (the holder's release) and ``reads.ReadEntries``
+(status, discovery, the web API's reads). Callers differ only in the ``Actor`` they pass. Each mutating
+call is one write transaction and returns a typed record or ``answers.Reply``, or raises ``TalariaError``
+with a code of lifecycle.md 6.7.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from talaria.lifecycle.endings import EndEntries
 from talaria.lifecycle.leasing import LeaseEntries
 from talaria.lifecycle.orchestrator import Orchestrator
 from talaria.lifecycle.reads import ReadEntries
+from talaria.lifecycle.release import ReleaseEntries
 from talaria.lifecycle.tasks import TaskEntries
 
 
-class Engine(TaskEntries, LeaseEntries, EndEntries, ReadEntries):
+class Engine(TaskEntries, LeaseEntries, EndEntries, ReleaseEntries, ReadEntries):
     orchestrator = Orchestrator
 
     def add_listener(self, listener: Listener) -> None:

@@ -29,6 +29,7 @@ class JobOp(StrEnum):
     HOLDER_CANCEL = "holder_cancel"
     ADMIN_CANCEL = "admin_cancel"
     EXPIRE = "expire"
+    RELEASE = "release"
 
 
 JOB_INITIAL = JobState.QUEUED
@@ -83,17 +84,22 @@ TERMINAL_OF_OP = {
 }
 
 
+# Expiry (rows 10-12) and the holder's release (rows 10h-12h, ADR 0030) end a lease the same way: back to
+# QUEUED for the next attempt, FAILED when the attempts are used up, CANCELLED when a cancel was requested.
+_REQUEUEING = frozenset({JobOp.EXPIRE, JobOp.RELEASE})
+
+
 def allowed(state: str, op: JobOp) -> bool:
-    if op is JobOp.EXPIRE:
+    if op in _REQUEUEING:
         return state in LEASED_STATES
     return (state, op) in _JOB_TABLE
 
 
 def next_job_state(state: str, op: JobOp, *, exhausted: bool = False, cancel_requested: bool = False) -> str:
-    """The state after ``op``. Expiry: row 12 (cancel requested) wins over row 11 (exhausted) over 10."""
-    if op is JobOp.EXPIRE:
+    """The state after ``op``. Expiry and release: cancel requested wins over exhausted over requeue."""
+    if op in _REQUEUEING:
         if state not in LEASED_STATES:
-            raise TalariaError("invalid_transition", f"expiry is not allowed from {state}")
+            raise TalariaError("invalid_transition", f"{op.value} is not allowed from {state}")
         if cancel_requested:
             return JobState.CANCELLED
         return JobState.FAILED if exhausted else JobState.QUEUED

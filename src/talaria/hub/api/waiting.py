@@ -27,6 +27,8 @@ def waiting_reason(hub: Hub, job: Job) -> str | None:
         return f"waiting for execution node {record.name!r} (cell {cell}) to connect{workers}"
     if not hub.settings.dispatcher_enabled:
         return f"the hub's dispatcher is off; waiting for a Runtime API worker (cell {cell})"
+    if hub.dispatcher.holds.is_held(record.id):
+        return f"Hermes on execution node {record.name!r} is unavailable; the job runs when it answers again"
     if hub.dispatcher.is_full(record.id):
         return f"execution node {record.name!r} is busy; the job runs when a slot frees"
     return f"about to run on execution node {record.name!r}"

@@ -9,7 +9,9 @@ runners are visited in a rotating order, tenant by tenant, so one busy tenant ca
 
 A job's runner commands are attributed to its task's author. Before ``prompt.submit`` the dispatcher records
 the turn in ``job_turn`` (``JobTurns``); an attempt that finds a ``submitting``/``submitted`` row never
-submits again.
+submits again. Before anything was submitted, a runner that is offline or busy is waited for within the
+attempt; ``hermes_unavailable`` gives the attempt back (``holder.LeaseHolder.release``) and holds the node until
+its Hermes answers (``hermes_hold``; ADR 0030). The engine calls and the heartbeat loop are ``holder``'s.
 """
 
 from __future__ import annotations
@@ -18,27 +20,24 @@ import asyncio
 import contextlib
 import uuid
 from collections import Counter, defaultdict
-from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
-from talaria.canonical import digest, sha256_hex
 from talaria.clock import Clock
 from talaria.errors import TalariaError
 from talaria.hub.dispatch import turn_recovery
+from talaria.hub.dispatch.hermes_hold import HermesHolds
+from talaria.hub.dispatch.holder import JobFailed, Lease, LeaseHolder
 from talaria.hub.dispatch.job_turns import JobTurn, JobTurns, NextStep, next_step
 from talaria.hub.runners.connection_state import AccountRef
 from talaria.hub.runners.connections import RunnerHub
 from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
 from talaria.hub.timings import HubTimings
 from talaria.hub.turns.driver import TURN_TIMEOUT, TurnDriver, TurnHooks, TurnResult
-from talaria.lifecycle.actor import RUNTIME, Actor, username_of
-from talaria.lifecycle.answers import Discovered
+from talaria.lifecycle.actor import Actor, username_of
+from talaria.lifecycle.answers import Discovered, Ended
 from talaria.lifecycle.binding import Binding
-from talaria.lifecycle.context import IdemRequest
 from talaria.lifecycle.engine import Engine
-from talaria.lifecycle.records import LeaseRef
 from talaria.settings import Settings
 from talaria.store.interface import Store
 
@@ -51,25 +50,16 @@ UNCERTAIN = "runner_command_uncertain"
 TARGET_CHANGED = "runner_target_changed"
 HERMES_ERROR = "hermes_error"
 ACCESS_REVOKED = "access_revoked"
-# A heartbeat or access check failing with one of these is retried (the lease may still be renewed); any other
-# refusal (stale_lease, lease_expired, lease_mismatch, terminal_conflict, ...) is a definite loss.
-TRANSIENT = frozenset({"store_unavailable"})
 # Before prompt.submit nothing can have run the prompt: these wait for the runner and try again.
-PRE_SUBMIT_RETRY = frozenset({"runner_offline", "runner_command_uncertain", "runner_connection_closed"})
+PRE_SUBMIT_RETRY = frozenset({"runner_offline", "runner_command_uncertain", "runner_connection_closed", "runner_busy"})
+# Before prompt.submit, these give the lease back for the next attempt and hold the node until its Hermes
+# answers (ADR 0030): the job's error is retryable, with the runner's code.
+RELEASE_ON = frozenset({"hermes_unavailable"})
 
 
-@dataclass
-class Lease:
-    job_id: str
-    binding: Binding
-    ref: LeaseRef
-    attempt: int
-    life_end_ms: int  # acquired + max_life_s: the lease cannot be renewed past this
-    expires_ms: int  # when the lease runs out unless renewed (a conservative reading of the hub's clock)
-    lost: bool = False
+class Release(Exception):
+    """The turn met a transient refusal before anything was submitted: give the attempt back."""
 
-
-class JobFailed(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
@@ -102,6 +92,8 @@ class Dispatcher:
         self.pre_submit_waits: Counter[str] = Counter()
         self.turns = JobTurns(store, clock)
         self.worker_instance = f"hub-{uuid.uuid4()}"
+        self.holder = LeaseHolder(engine, clock, settings, self.worker_instance)
+        self.holds = HermesHolds(driver.channels, self.timings, self.wake)
         self.running: dict[str, asyncio.Task[None]] = {}  # job id -> its task
         self.per_runner: defaultdict[str, int] = defaultdict(int)
         self.cancels: dict[str, asyncio.Event] = {}
@@ -130,6 +122,7 @@ class Dispatcher:
             task.cancel()
         if self.running:
             await asyncio.wait(list(self.running.values()), timeout=10)
+        await self.holds.stop()
 
     def is_full(self, runner_id: str) -> bool:
         """Whether a job for this runner would wait for a free slot (its own, or the hub's)."""
@@ -141,7 +134,7 @@ class Dispatcher:
         self._wake.set()
 
     def actor(self, tenant: str) -> Actor:
-        return Actor(self.settings.lifecycle_dispatcher_principal, frozenset({RUNTIME}), "in_process", tenant)
+        return self.holder.actor(tenant)
 
     # --- scheduling ------------------------------------------------------------------------------------------
 
@@ -161,7 +154,9 @@ class Dispatcher:
         free = self.settings.dispatcher_per_hub - len(self.running)
         if free <= 0:
             return 0
-        records = [r for r in await asyncio.to_thread(self._connected_records) if r.enabled]
+        records = [
+            r for r in await asyncio.to_thread(self._connected_records) if r.enabled and not self.holds.is_held(r.id)
+        ]
         by_tenant: defaultdict[str, list[RunnerRecord]] = defaultdict(list)
         for record in records:
             by_tenant[record.tenant].append(record)
@@ -221,66 +216,6 @@ class Dispatcher:
 
     # --- one job ---------------------------------------------------------------------------------------------
 
-    def _idem(self, job_id: str, attempt: int, op: str, body: dict[str, Any]) -> IdemRequest:
-        key = f"{self.worker_instance}:{job_id}:{attempt}:{op}"
-        return IdemRequest(sha256_hex(key), digest(body))
-
-    def _claim(self, record: RunnerRecord, job: Discovered) -> Lease | None:
-        actor = self.actor(record.tenant)
-        binding = job.binding
-        body = {"binding": binding.as_dict(), "worker_instance": self.worker_instance}
-        asked = self.clock.now_ms()  # the lease was acquired no earlier than this
-        try:
-            claimed = self.engine.claim(
-                actor, job_id=binding.job, binding=binding, worker_instance=self.worker_instance,
-                idem=self._idem(binding.job, job.attempt + 1, "claim", body),
-            ).answer  # fmt: skip
-        except TalariaError as exc:
-            log.info("dispatcher_claim_refused", job=binding.job, code=exc.code)
-            return None
-        grant = claimed.lease
-        return Lease(
-            binding.job, binding, grant.ref, claimed.attempt,
-            life_end_ms=asked + grant.max_life_s * 1000, expires_ms=asked + grant.ttl_s * 1000,
-        )  # fmt: skip
-
-    def _held(self, lease: Lease, op: str, extra: dict[str, Any]) -> tuple[Actor, IdemRequest]:
-        """The actor and idempotency key of a holder call (the body digest is what the Runtime API would see)."""
-        body = {
-            "binding": lease.binding.as_dict(),
-            "lease_id": lease.ref.lease_id,
-            "lease_epoch": lease.ref.lease_epoch,
-        }
-        body |= extra
-        key = f"{op}:{self.clock.now_ms()}" if op == "heartbeat" else op
-        return self.actor(lease.binding.tenant), self._idem(lease.job_id, lease.attempt, key, body)
-
-    def _start(self, lease: Lease) -> None:
-        actor, idem = self._held(lease, "start", {})
-        self.engine.start(actor, job_id=lease.job_id, binding=lease.binding, lease=lease.ref, idem=idem)
-
-    def _beat(self, lease: Lease) -> bool:
-        """Renew the lease; whether a cancel was requested."""
-        actor, idem = self._held(lease, "heartbeat", {"progress": None})
-        beat = self.engine.heartbeat(
-            actor, job_id=lease.job_id, binding=lease.binding, lease=lease.ref, progress=None, idem=idem
-        )
-        return beat.answer.cancel_requested
-
-    def _complete(self, lease: Lease, result: dict[str, Any]) -> None:
-        actor, idem = self._held(lease, "complete", {"result": result})
-        self.engine.complete(
-            actor, job_id=lease.job_id, binding=lease.binding, lease=lease.ref, result=result, idem=idem
-        )
-
-    def _fail_call(self, lease: Lease, error: dict[str, Any]) -> None:
-        actor, idem = self._held(lease, "fail", {"error": error})
-        self.engine.fail(actor, job_id=lease.job_id, binding=lease.binding, lease=lease.ref, error=error, idem=idem)
-
-    def _cancel(self, lease: Lease, reason: str) -> None:
-        actor, idem = self._held(lease, "cancel", {"reason": reason})
-        self.engine.cancel(actor, job_id=lease.job_id, binding=lease.binding, reason=reason, lease=lease.ref, idem=idem)
-
     def _author(self, binding: Binding) -> AccountRef:
         found = self.engine.task(binding.tenant, binding.task)
         with self.store.read() as tx:
@@ -297,7 +232,7 @@ class Dispatcher:
         return prompt
 
     async def _run_job(self, record: RunnerRecord, job: Discovered) -> None:
-        lease = await asyncio.to_thread(self._claim, record, job)
+        lease = await asyncio.to_thread(self.holder.claim, job)
         if lease is None:
             return
         cancel = self.cancels.setdefault(lease.job_id, asyncio.Event())
@@ -305,15 +240,20 @@ class Dispatcher:
         heartbeat: asyncio.Task[None] | None = None
         try:
             author = await asyncio.to_thread(self._author, lease.binding)
-            await asyncio.to_thread(self._start, lease)
+            await asyncio.to_thread(self.holder.start, lease)
+
+            def still_allowed() -> bool:
+                return self._still_allowed(author, record.id, lease.binding.profile)
+
             heartbeat = asyncio.get_running_loop().create_task(
-                self._heartbeat(lease, cancel, revoked, author, record.id)
-            )
+                self.holder.keep(lease, cancel=cancel, revoked=revoked, still_allowed=still_allowed,
+                                 timings=self.timings)
+            )  # fmt: skip
             previous = await asyncio.to_thread(self.turns.get, lease.job_id)
             step = next_step(previous)
             if step is NextStep.FROM_RECORD:  # the turn ended before the last attempt could finish the job
                 assert previous is not None
-                result: TurnResult | None = self._from_record(previous)
+                result: TurnResult | None = turn_recovery.from_record(previous)
             elif step is NextStep.RECOVER:
                 assert previous is not None
                 if previous.runner_id != record.id:
@@ -326,11 +266,14 @@ class Dispatcher:
                 raise JobFailed(ACCESS_REVOKED, "the author's access changed during the turn; it was interrupted")
             if result is None:
                 if not lease.lost:
-                    await asyncio.to_thread(self._cancel, lease, "cancel requested by an admin")
+                    await asyncio.to_thread(self.holder.cancel, lease, "cancel requested by an admin")
                 return
             await self._finish(lease, result)
         except JobFailed as failed:
             await self._fail(lease, failed.code, failed.message)
+        except Release as release:
+            await self._release(lease, release)
+            self.holds.hold(record.id, author)
         except TalariaError as exc:
             # nothing submitted: definitely not run; submitted: it may have run (recovery never resubmits)
             code = UNCERTAIN if await self._submitted(lease) else NOT_ADMITTED
@@ -358,14 +301,7 @@ class Dispatcher:
             "artifacts": [],
             "summary": result.text[:SUMMARY_CHARS],
         }
-        await asyncio.to_thread(self._complete, lease, reply)
-
-    def _deadline_ms(self, lease: Lease) -> int:
-        """When the job's turn must end: ``turns.max_turn_s`` from now, and never later than the lease can be
-        renewed, less one heartbeat interval left for stopping the turn and failing the job."""
-        limit = self.settings.max_turn_for(lease.binding.cell, lease.binding.profile)
-        margin = self.settings.lifecycle_heartbeat_interval_s * 1000
-        return min(self.clock.now_ms() + limit * 1000, lease.life_end_ms - margin)
+        await asyncio.to_thread(self.holder.complete, lease, reply)
 
     async def _turn_or_cancel(
         self, record: RunnerRecord, lease: Lease, author: AccountRef, cancel: asyncio.Event, revoked: asyncio.Event
@@ -396,10 +332,12 @@ class Dispatcher:
                     revoked.set()
                     return None
                 if recorded is not None and next_step(recorded) is NextStep.FROM_RECORD:
-                    return self._from_record(recorded)
+                    return turn_recovery.from_record(recorded)
                 if recorded is not None:  # submitted, or maybe: recover from Hermes, never submit again
                     log.info("dispatcher_recovering", job=lease.job_id, code=exc.code)
                     return await self._recover(recorded, author, cancel, lease)
+                if exc.code in RELEASE_ON:
+                    raise Release(exc.code, exc.message) from None
                 if exc.code not in PRE_SUBMIT_RETRY:
                     raise
                 # nothing was submitted, so nothing ran: keep the job (heartbeating) until the runner is back
@@ -420,7 +358,7 @@ class Dispatcher:
             return None
         try:
             result = await turn_recovery.recover(
-                self.driver.channels, author, turn, clock=self.clock, deadline_ms=self._deadline_ms(lease)
+                self.driver.channels, author, turn, clock=self.clock, deadline_ms=self.holder.deadline_ms(lease)
             )
         except turn_recovery.Unrecoverable as exc:
             raise JobFailed(UNCERTAIN, str(exc)) from None
@@ -429,19 +367,9 @@ class Dispatcher:
                 raise
             result = TurnResult("timeout", "", "", turn.stored_session_id, turn.marker)
         await asyncio.to_thread(
-            self.turns.finish, turn.job_id, result.status, self._kept_reply(result), result.stored_id
+            self.turns.finish, turn.job_id, result.status, turn_recovery.kept_reply(result), result.stored_id
         )
         return result
-
-    @staticmethod
-    def _from_record(turn: JobTurn) -> TurnResult:
-        """The result a finished turn's record keeps (nothing is asked of Hermes)."""
-        return TurnResult(turn.outcome or "interrupted", turn.reply or "", "", turn.stored_session_id, turn.marker)
-
-    @staticmethod
-    def _kept_reply(result: TurnResult) -> str | None:
-        """What the record keeps of a finished turn: the reply, or Hermes' error text."""
-        return result.text if result.status in ("complete", "error") else None
 
     async def _until_online(self, runner_id: str, cancel: asyncio.Event) -> None:
         while not self.runners.is_connected(runner_id) and not cancel.is_set():
@@ -485,7 +413,7 @@ class Dispatcher:
             result = await self.driver.run(
                 runner_id=record.id, account=author, profile=lease.binding.profile, work_id=lease.job_id,
                 prompt=prompt, run_id=lease.binding.run, tools=False, hooks=hooks,
-                deadline_ms=self._deadline_ms(lease),
+                deadline_ms=self.holder.deadline_ms(lease),
             )  # fmt: skip
         except TalariaError as exc:
             recorded = await asyncio.to_thread(self.turns.get, lease.job_id)
@@ -493,69 +421,15 @@ class Dispatcher:
                 raise
             result = TurnResult("timeout", "", "", recorded.stored_session_id, recorded.marker)
         await asyncio.to_thread(
-            self.turns.finish, lease.job_id, result.status, self._kept_reply(result), result.stored_id
+            self.turns.finish, lease.job_id, result.status, turn_recovery.kept_reply(result), result.stored_id
         )
         return result
 
     async def _stop_revoked(self, lease: Lease, author: AccountRef) -> None:
         """Interrupt the job's turn through a cleanup-only channel (admitted although the author lost access)."""
         turn = await asyncio.to_thread(self.turns.get, lease.job_id)
-        if turn is None or not turn.stored_session_id:
-            return
-        channels = self.driver.channels
-        try:
-            gateway = await channels.open_gateway(
-                turn.runner_id, author, cleanup_only=True,
-                bound_stored_id=turn.stored_session_id,
-            )  # fmt: skip
-        except TalariaError as exc:
-            log.info("dispatcher_cleanup_refused", job=lease.job_id, code=exc.code)
-            return
-        try:
-            resumed = await channels.rpc(gateway, "session.resume", {"session_id": turn.stored_session_id})
-            await channels.rpc(gateway, "session.interrupt", {"session_id": resumed["session_id"]})
-        except TalariaError as exc:
-            log.info("dispatcher_cleanup_failed", job=lease.job_id, code=exc.code)
-        finally:
-            with contextlib.suppress(TalariaError):
-                await channels.close_gateway(gateway)
-
-    async def _heartbeat(
-        self, lease: Lease, cancel: asyncio.Event, revoked: asyncio.Event, author: AccountRef, runner_id: str
-    ) -> None:
-        """Renew the lease and re-check the author's access every heartbeat interval. A transient failure of
-        either is retried after ``timings.heartbeat_retry_s`` while the lease can still be renewed; a definite loss
-        (any other refusal, or the lease running out) stops the turn."""
-        interval = float(self.settings.lifecycle_heartbeat_interval_s)
-        ttl_ms = self.settings.lifecycle_lease_ttl_s * 1000
-        wait = interval
-        while True:
-            await asyncio.sleep(wait)
-            wait = interval
-            try:
-                if not await asyncio.to_thread(self._still_allowed, author, runner_id, lease.binding.profile):
-                    revoked.set()
-            except Exception as exc:  # a read error: the next pass checks again
-                log.warning("dispatcher_access_check_failed", job=lease.job_id, error=type(exc).__name__)
-                wait = self.timings.heartbeat_retry_s
-            sent = self.clock.now_ms()
-            try:
-                cancel_requested = await asyncio.to_thread(self._beat, lease)
-            except Exception as exc:
-                code = exc.code if isinstance(exc, TalariaError) else type(exc).__name__
-                transient = not isinstance(exc, TalariaError) or exc.code in TRANSIENT
-                retry_s = self.timings.heartbeat_retry_s
-                if transient and self.clock.now_ms() + retry_s * 1000 < lease.expires_ms:
-                    log.warning("dispatcher_heartbeat_retry", job=lease.job_id, code=code)
-                    wait = retry_s
-                    continue
-                log.info("dispatcher_heartbeat_refused", job=lease.job_id, code=code)
-                lease.lost = True  # the lease ended (maximum life, expiry): stop; the reaper decides what follows
-                cancel.set()
-                return
-            lease.expires_ms = min(sent + ttl_ms, lease.life_end_ms)
-            if cancel_requested:
-                cancel.set()
+        if turn is not None:
+            await turn_recovery.interrupt_for_cleanup(self.driver.channels, turn, author)
 
     def _still_allowed(self, author: AccountRef, runner_id: str, profile: str) -> bool:
         """Whether the author may still run the job's turn on the runner (the heartbeat loop's access check)."""
@@ -564,6 +438,17 @@ class Dispatcher:
     async def _fail(self, lease: Lease, code: str, message: str) -> None:
         error = {"code": code, "message": message[:1000], "retryable": False}
         try:
-            await asyncio.to_thread(self._fail_call, lease, error)
+            await asyncio.to_thread(self.holder.fail, lease, error)
         except TalariaError as exc:
             log.info("dispatcher_fail_refused", job=lease.job_id, code=exc.code)
+
+    async def _release(self, lease: Lease, release: Release) -> None:
+        """Give the attempt back: nothing was submitted, so the next attempt may run the job."""
+        error = {"code": release.code, "message": release.message, "retryable": True}
+        try:
+            answer = await asyncio.to_thread(self.holder.release, lease, error)
+        except TalariaError as exc:
+            log.info("dispatcher_release_refused", job=lease.job_id, code=exc.code)
+            return
+        ended = answer.state if isinstance(answer, Ended) else None
+        log.info("dispatcher_released", job=lease.job_id, code=release.code, attempt=lease.attempt, ended=ended)

@@ -16,12 +16,16 @@ import contextlib
 import json
 from typing import Any
 
+import structlog
+
 from talaria.clock import Clock
 from talaria.errors import TalariaError
 from talaria.hub.dispatch.job_turns import JobTurn
 from talaria.hub.runners.channels import Channels
 from talaria.hub.runners.connection_state import AccountRef, Gateway
 from talaria.hub.turns.driver import TurnResult, frame_within
+
+log = structlog.get_logger("talaria.dispatcher")
 
 PAGE = 500
 MAX_PAGES = 20  # runner-protocol.md 13
@@ -131,6 +135,37 @@ async def recover(
         if reply is None:
             raise Unrecoverable("the turn left no reply (interrupted, or lost in a Hermes restart)")
         return TurnResult("complete", reply, runtime_id, stored, turn.marker)
+    finally:
+        with contextlib.suppress(TalariaError):
+            await channels.close_gateway(gateway)
+
+
+def from_record(turn: JobTurn) -> TurnResult:
+    """The result a finished turn's record keeps (nothing is asked of Hermes)."""
+    return TurnResult(turn.outcome or "interrupted", turn.reply or "", "", turn.stored_session_id, turn.marker)
+
+
+def kept_reply(result: TurnResult) -> str | None:
+    """What the record keeps of a finished turn: the reply, or Hermes' error text."""
+    return result.text if result.status in ("complete", "error") else None
+
+
+async def interrupt_for_cleanup(channels: Channels, turn: JobTurn, author: AccountRef) -> None:
+    """Interrupt the recorded turn through a cleanup-only channel (admitted although the author lost access)."""
+    if not turn.stored_session_id:
+        return
+    try:
+        gateway = await channels.open_gateway(
+            turn.runner_id, author, cleanup_only=True, bound_stored_id=turn.stored_session_id
+        )
+    except TalariaError as exc:
+        log.info("dispatcher_cleanup_refused", job=turn.job_id, code=exc.code)
+        return
+    try:
+        resumed = await channels.rpc(gateway, "session.resume", {"session_id": turn.stored_session_id})
+        await channels.rpc(gateway, "session.interrupt", {"session_id": resumed["session_id"]})
+    except TalariaError as exc:
+        log.info("dispatcher_cleanup_failed", job=turn.job_id, code=exc.code)
     finally:
         with contextlib.suppress(TalariaError):
             await channels.close_gateway(gateway)

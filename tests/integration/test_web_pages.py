@@ -198,3 +198,27 @@ def test_the_favicon_is_an_empty_answer_not_a_404(hub: HubServer) -> None:
         icon = anonymous.get("/favicon.ico", headers={"Accept": "image/avif,image/webp,*/*"})
         assert icon.status_code == 204 and icon.content == b""
         assert icon.headers["x-content-type-options"] == "nosniff"
+
+
+def test_the_jobs_list_links_each_job_by_its_task_title_and_shows_the_id_s_distinguishing_tail(hub: HubServer) -> None:
+    alice, root = login(hub, "alice"), login(hub, "root")
+    try:
+        jobs = []
+        for title in ("Release notes", "Weekly <report>"):
+            task = alice.post("/api/tasks", json={"title": title, "prompt": "p", "cell": "local",
+                                                  "profile": "default"}).json()["task"]  # fmt: skip
+            assert alice.post(f"/api/tasks/{task['id']}/submit").status_code == 200
+            jobs.append(root.post(f"/api/tasks/{task['id']}/approve").json()["job"]["id"])
+        assert jobs[0][:8] == jobs[1][:8]  # ids made in the same millisecond range share their time part
+        page = alice.get("/jobs").text
+        row = r'<a href="/jobs/(job_[0-9A-Z]+)">([^<]*)</a> <code class="id-tail" title="\1">…(\w+)</code>'
+        links = re.findall(row, page)
+        assert sorted((job, html.unescape(title), tail) for job, title, tail in links) == sorted(
+            [(jobs[1], "Weekly <report>", jobs[1][-6:]), (jobs[0], "Release notes", jobs[0][-6:])]
+        )
+        assert jobs[0][-6:] != jobs[1][-6:]
+        assert set(alice.get("/api/jobs").json()["jobs"][0]) >= {"id", "taskId"}  # the JSON API keeps its shape
+        assert "taskTitle" not in alice.get("/api/jobs").json()["jobs"][0]
+    finally:
+        alice.close()
+        root.close()

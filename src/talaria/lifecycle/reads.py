@@ -28,6 +28,7 @@ class JobWithResult:
 
     job: Job
     result: Any
+    task_title: str | None = None  # the job's task's title, where the read joined it (the job list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +204,7 @@ class ReadEntries(Context):
             rows = tx.all(
                 "job_list", tenant=tenant, state=state, cell=cell, created_by=created_by, limit=limit, **_cursor(after)
             )
-        return [JobWithResult(Job.from_row(row), _result(row["result_payload"])) for row in rows]
+        return [JobWithResult(Job.from_row(row), _result(row["result_payload"]), row["task_title"]) for row in rows]
 
     def list_tasks(
         self, tenant: str, *, created_by: str | None, state: str | None, after: tuple[int, str] | None, limit: int

@@ -13,7 +13,7 @@ from talaria.hub.api.deps import AdminDep, HubDep, StrictBody, UserDep, text_fie
 from talaria.hub.api.views import audit_json, decode_cursor, encode_cursor, job_json, page_limit
 from talaria.hub.api.visibility import visible_job, visible_task
 from talaria.hub.api.waiting import waiting_reason
-from talaria.hub.api.websession import WebRoute
+from talaria.hub.api.websession import WebRoute, WebUser
 from talaria.hub.resources import Hub
 from talaria.lifecycle.machine import JobState
 from talaria.lifecycle.reads import AuditEntry, JobWithResult
@@ -27,7 +27,7 @@ class CancelJob(StrictBody):
     reason: str = Field(min_length=1, max_length=MAX_CANCEL_REASON_CHARS)
 
 
-def _job_view(hub: Hub, found: JobWithResult) -> dict[str, Any]:
+def job_view(hub: Hub, found: JobWithResult) -> dict[str, Any]:
     return job_json(found.job, found.result, waiting_reason(hub, found.job))
 
 
@@ -40,6 +40,14 @@ async def list_jobs(
     limit: int | None = None,
     cursor: str | None = None,
 ) -> dict[str, Any]:
+    found, next_cursor = await jobs_page(user, hub, state=state, cell=cell, limit=limit, cursor=cursor)
+    return {"jobs": [job_view(hub, item) for item in found], "nextCursor": next_cursor}
+
+
+async def jobs_page(
+    user: WebUser, hub: Hub, *, state: str | None, cell: str | None, limit: int | None, cursor: str | None
+) -> tuple[list[JobWithResult], str | None]:
+    """A page of the jobs ``user`` may see (with their tasks' titles) and the cursor of the next page."""
     if state is not None and state not in JobState.__members__:
         raise TalariaError("invalid_request", "state is not a job state")
     size = page_limit(limit)
@@ -57,16 +65,13 @@ async def list_jobs(
 
     found = await run_in_threadpool(read)
     more, found = len(found) > size, found[:size]
-    return {
-        "jobs": [_job_view(hub, item) for item in found],
-        "nextCursor": encode_cursor(found[-1].job.enqueued_at, found[-1].job.id) if more else None,
-    }
+    return found, encode_cursor(found[-1].job.enqueued_at, found[-1].job.id) if more else None
 
 
 @router.get("/api/jobs/{job_id}")
 async def get_job(job_id: str, user: UserDep, hub: HubDep) -> dict[str, Any]:
     found = await run_in_threadpool(visible_job, hub, user, job_id)
-    return {"job": _job_view(hub, found)}
+    return {"job": job_view(hub, found)}
 
 
 @router.post("/api/jobs/{job_id}/cancel")
@@ -82,7 +87,7 @@ async def cancel_job(job_id: str, body: CancelJob, admin: AdminDep, hub: HubDep)
         return visible_job(hub, admin, job_id)
 
     found = await run_in_threadpool(run)
-    return {"job": _job_view(hub, found)}
+    return {"job": job_view(hub, found)}
 
 
 @router.get("/api/audit")

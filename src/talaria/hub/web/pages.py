@@ -236,10 +236,11 @@ async def task_live(request: Request, task_id: str) -> Response:
 async def _jobs_view(request: Request, user: WebUser, state: str | None, cursor: str | None) -> dict[str, Any]:
     chosen = state if state in JOB_STATES else None
     hub = _hub(request)
-    listed = await api_jobs.list_jobs(user=user, hub=hub, state=chosen, cell=None, limit=PAGE_SIZE, cursor=cursor)
+    found, next_cursor = await api_jobs.jobs_page(user, hub, state=chosen, cell=None, limit=PAGE_SIZE, cursor=cursor)
+    jobs = [api_jobs.job_view(hub, item) | {"taskTitle": item.task_title} for item in found]
     live_url = _link("/jobs/live", state=chosen, cursor=cursor)
-    pager = _pager("/jobs", cursor, listed["nextCursor"], state=chosen)
-    return {"jobs": listed["jobs"], "state": chosen, "live_url": live_url, **pager}
+    pager = _pager("/jobs", cursor, next_cursor, state=chosen)
+    return {"jobs": jobs, "state": chosen, "live_url": live_url, **pager}
 
 
 @router.get("/jobs")

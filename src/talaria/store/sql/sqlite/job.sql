@@ -86,8 +86,9 @@ ORDER BY lease_expires_at, id
 LIMIT :limit
 
 -- name: job_list
--- Jobs of a tenant (optionally one state, cell, or task author) with their result payloads, newest first, after a cursor.
-SELECT j.*, r.payload AS result_payload FROM hermes_job j JOIN task t ON t.id = j.task_id
+-- Jobs of a tenant (optionally one state, cell, or task author) with their result payloads and their tasks' titles,
+-- newest first, after a cursor.
+SELECT j.*, r.payload AS result_payload, t.title AS task_title FROM hermes_job j JOIN task t ON t.id = j.task_id
 LEFT JOIN hermes_result r ON r.job_id = j.id
 WHERE j.tenant = :tenant
   AND (:state IS NULL OR j.state = :state)

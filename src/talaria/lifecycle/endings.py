@@ -6,6 +6,7 @@ answer's bytes as the job's ``terminal_response`` for terminal replay.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from talaria.canonical import digest
@@ -93,6 +94,43 @@ def terminal_in(
         signals=signals,
     )
     return Reply(answer, response)
+
+
+@dataclass(frozen=True, slots=True)
+class HolderEnding:
+    """What a holder ends its job with (rows 5-7): the operation, its lease, payloads and reason."""
+
+    op: JobOp
+    binding: Binding
+    lease: LeaseRef
+    payload: Any
+    evidence_payload: Any
+    reason_code: str | None
+    idem: IdemRequest | None
+
+
+def holder_end_in(
+    tx: Tx, now: int, actor: Actor, job: Job, dispatch: Dispatch, ending: HolderEnding, answer: Ended, signals: Signals
+) -> Reply[Ended]:
+    """Rows 5-7 by the lease's holder (complete, fail, holder cancel, and a release that ends the job)."""
+    return terminal_in(
+        tx,
+        now,
+        actor,
+        job,
+        dispatch,
+        audit_type=AUDIT_TYPE[ending.op],
+        evidence_kind=EVIDENCE_KIND[ending.op],
+        binding=ending.binding,
+        lease=ending.lease,
+        epoch=ending.lease.lease_epoch,
+        answer=answer,
+        payload=ending.payload,
+        evidence_payload=ending.evidence_payload,
+        reason_code=ending.reason_code,
+        idem=ending.idem,
+        signals=signals,
+    )
 
 
 def admin_cancel_in(
@@ -186,24 +224,8 @@ class EndEntries(Context):
                 return expired_refusal(tx, now, actor, job, dispatch, signals)
             cancel = job.cancel_requested if op is JobOp.HOLDER_CANCEL else None
             ended = Ended(job.id, next_job_state(job.state, op), job.revision + 1, result_digest, cancel)
-            return terminal_in(
-                tx,
-                now,
-                actor,
-                job,
-                dispatch,
-                audit_type=AUDIT_TYPE[op],
-                evidence_kind=EVIDENCE_KIND[op],
-                binding=binding,
-                lease=lease,
-                epoch=lease.lease_epoch,
-                answer=ended,
-                payload=payload,
-                evidence_payload=evidence_payload,
-                reason_code=reason_code,
-                idem=idem,
-                signals=signals,
-            )
+            ending = HolderEnding(op, binding, lease, payload, evidence_payload, reason_code, idem)
+            return holder_end_in(tx, now, actor, job, dispatch, ending, ended, signals)
 
         return keyed(self, actor, _OPERATION[op], job_id, binding, idem, body)
 

@@ -19,9 +19,9 @@ from talaria.lifecycle.actor import RUNTIME, Actor
 from talaria.lifecycle.answers import Ended, Released, Reply, Requeued
 from talaria.lifecycle.binding import Binding
 from talaria.lifecycle.context import Context, IdemRequest, Refusal, Signals
-from talaria.lifecycle.endings import terminal_in
+from talaria.lifecycle.endings import HolderEnding, holder_end_in
 from talaria.lifecycle.frame import Bound, caller_identity, expired_refusal, keyed, lease_rules, require_role
-from talaria.lifecycle.machine import AUDIT_TYPE, EVIDENCE_KIND, TERMINAL, JobOp, JobState, next_job_state
+from talaria.lifecycle.machine import TERMINAL, JobOp, JobState, next_job_state
 from talaria.lifecycle.records import LeaseRef
 from talaria.store.interface import Tx
 
@@ -73,28 +73,13 @@ class ReleaseEntries(Context):
                 )
                 signals.append(("requeued", job.id))
                 return Reply(Requeued(job.id, after.revision, job.attempt))
-            op = JobOp.HOLDER_CANCEL if to_state == JobState.CANCELLED else JobOp.FAIL
-            payload = {"reason": CANCEL_REASON} if op is JobOp.HOLDER_CANCEL else error
-            reason = "holder_cancel" if op is JobOp.HOLDER_CANCEL else str(error["code"])
-            ended = Ended(job.id, to_state, job.revision + 1, digest(payload))
-            reply = terminal_in(
-                tx,
-                now,
-                actor,
-                job,
-                dispatch,
-                audit_type=AUDIT_TYPE[op],
-                evidence_kind=EVIDENCE_KIND[op],
-                binding=binding,
-                lease=lease,
-                epoch=lease.lease_epoch,
-                answer=ended,
-                payload=payload,
-                evidence_payload={"reason": CANCEL_REASON} if op is JobOp.HOLDER_CANCEL else {"error": error},
-                reason_code=reason,
-                idem=idem,
-                signals=signals,
-            )
+            if to_state == JobState.CANCELLED:
+                ending = HolderEnding(JobOp.HOLDER_CANCEL, binding, lease, {"reason": CANCEL_REASON},
+                                      {"reason": CANCEL_REASON}, "holder_cancel", idem)  # fmt: skip
+            else:
+                ending = HolderEnding(JobOp.FAIL, binding, lease, error, {"error": error}, str(error["code"]), idem)
+            ended = Ended(job.id, to_state, job.revision + 1, digest(ending.payload))
+            reply = holder_end_in(tx, now, actor, job, dispatch, ending, ended, signals)
             return Reply(reply.answer, reply.body)
 
         return keyed(self, actor, "release", job_id, binding, idem, body)

@@ -12,6 +12,12 @@ from typing import Final
 
 BIDI_CONTROLS: Final = frozenset(chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
 MULTI_LINE_CONTROLS: Final = frozenset("\n\t")
+# The same rules as JSON-schema patterns, for the OpenAPI document (ADR 0029): what matches is always accepted
+# (the server trims a one-line field first, so it also accepts controls at either end).
+_REFUSED = r"\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069"
+_REFUSED_MULTI = r"\u0000-\u0008\u000b-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069"
+ONE_LINE_PATTERN: Final = rf"^[^{_REFUSED}]*[^\s{_REFUSED}][^{_REFUSED}]*$"
+MULTI_LINE_PATTERN: Final = rf"^[^{_REFUSED_MULTI}]*[^\s{_REFUSED_MULTI}][^{_REFUSED_MULTI}]*$"
 
 
 class TextRefused(ValueError):

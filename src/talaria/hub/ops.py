@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from talaria.errors import TalariaError
 from talaria.hub.api.deps import HubDep
+from talaria.hub.openapi import refusals, text_answer
 from talaria.hub.runtime.identity import is_loopback
 
 router = APIRouter(tags=["operations"])
@@ -20,14 +21,14 @@ async def healthz() -> dict[str, Any]:
     return {"ok": True}
 
 
-@router.get("/readyz")
+@router.get("/readyz", openapi_extra=refusals("store_unavailable"))
 async def readyz(hub: HubDep) -> dict[str, Any]:
     if not await run_in_threadpool(hub.store.ping):
         raise TalariaError("store_unavailable", "the store does not answer")
     return {"ok": True}
 
 
-@router.get("/metrics")
+@router.get("/metrics", openapi_extra=refusals("not_found", answers=text_answer("text/plain", "Prometheus text")))
 async def metrics(request: Request, hub: HubDep) -> Response:
     peer = request.client.host if request.client else None
     if not hub.settings.metrics_public and not is_loopback(peer):

@@ -2,39 +2,61 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter
-from pydantic import Field
+from pydantic import Field, WithJsonSchema
 from starlette.concurrency import run_in_threadpool
 
+from talaria.accounts.rules import PROFILE, ROLES, SOURCE, USERNAME
 from talaria.errors import TalariaError
 from talaria.hub.api.deps import AdminDep, HubDep, StrictBody
-from talaria.hub.api.views import decode_cursor, encode_cursor, page_limit
+from talaria.hub.api.views import CursorQuery, LimitQuery, decode_cursor, encode_cursor, page_limit
 from talaria.hub.api.websession import WebRoute
+from talaria.hub.openapi import refusals
+from talaria.limits import MAX_PASSWORD_CHARS, MAX_USERNAME_CHARS, MIN_PASSWORD_CHARS
 
 router = APIRouter(prefix="/api/admin/accounts", tags=["accounts"], route_class=WebRoute)
 
 
+# What the account rules accept (accounts/rules.py), as the document shows it; the rules themselves still judge
+# (a weak password is 400 weak_password, not a validation error).
+_USERNAME = {
+    "type": "string",
+    "pattern": USERNAME.pattern,
+    "maxLength": MAX_USERNAME_CHARS,
+    "not": {"enum": [".", ".."]},
+}
+_PASSWORD = {"type": "string", "minLength": MIN_PASSWORD_CHARS, "maxLength": MAX_PASSWORD_CHARS}
+_ROLE = {"type": "string", "enum": list(ROLES)}
+_PROFILES = {
+    "type": "object",
+    "description": "source name -> the Hermes profiles the account may use there",
+    "propertyNames": {"pattern": SOURCE.pattern},
+    "additionalProperties": {"type": "array", "maxItems": 256, "items": {"type": "string", "pattern": PROFILE.pattern}},
+}
+
+
 class CreateAccount(StrictBody):
-    username: str = Field(max_length=64)
-    password: str
-    role: str
-    allowedProfiles: dict[str, list[str]] = Field(default_factory=dict)
+    username: Annotated[str, WithJsonSchema(_USERNAME)] = Field(max_length=MAX_USERNAME_CHARS)
+    password: Annotated[str, WithJsonSchema(_PASSWORD)]
+    role: Annotated[str, WithJsonSchema(_ROLE)]
+    allowedProfiles: Annotated[dict[str, list[str]], WithJsonSchema(_PROFILES)] = Field(default_factory=dict)
     canManageTeam: bool = False
 
 
+# Every field may be left out, none may be null (400 invalid_request).
 class PatchAccount(StrictBody):
-    password: str | None = None
-    role: str | None = None
-    enabled: bool | None = None
-    allowedProfiles: dict[str, list[str]] | None = None
-    canManageTeam: bool | None = None
+    password: Annotated[str | None, WithJsonSchema(_PASSWORD)] = None
+    role: Annotated[str | None, WithJsonSchema(_ROLE)] = None
+    enabled: Annotated[bool | None, WithJsonSchema({"type": "boolean"})] = None
+    allowedProfiles: Annotated[dict[str, list[str]] | None, WithJsonSchema(_PROFILES)] = None
+    canManageTeam: Annotated[bool | None, WithJsonSchema({"type": "boolean"})] = None
 
 
-@router.get("")
+@router.get("", openapi_extra=refusals("invalid_request"))
 async def list_accounts(
-    admin: AdminDep, hub: HubDep, limit: int | None = None, cursor: str | None = None
+    admin: AdminDep, hub: HubDep, limit: LimitQuery = None, cursor: CursorQuery = None
 ) -> dict[str, Any]:
     size = page_limit(limit)
     after = decode_cursor(cursor, (int, str))
@@ -52,7 +74,7 @@ async def list_accounts(
     }
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, openapi_extra=refusals("weak_password", "account_exists"))
 async def create_account(body: CreateAccount, admin: AdminDep, hub: HubDep) -> dict[str, Any]:
     account = await run_in_threadpool(
         lambda: hub.accounts.create(
@@ -67,7 +89,7 @@ async def create_account(body: CreateAccount, admin: AdminDep, hub: HubDep) -> d
     return {"account": account.as_json()}
 
 
-@router.patch("/{username}")
+@router.patch("/{username}", openapi_extra=refusals("weak_password", "not_found", "last_admin", "invalid_transition"))
 async def update_account(username: str, body: PatchAccount, admin: AdminDep, hub: HubDep) -> dict[str, Any]:
     changes = body.model_dump(exclude_unset=True)
     nulls = sorted(k for k, v in changes.items() if v is None)

@@ -12,8 +12,9 @@ from talaria.accounts.passwords import verify_password
 from talaria.errors import TalariaError
 from talaria.hub.api.deps import HubDep, StrictBody, UserDep
 from talaria.hub.api.websession import COOKIE, WebRoute
+from talaria.hub.openapi import refusals
 from talaria.hub.resources import Hub
-from talaria.limits import LOGIN_MAX_FAILURES, MAX_PASSWORD_CHARS, SESSION_MAX_S
+from talaria.limits import LOGIN_MAX_FAILURES, MAX_PASSWORD_CHARS, MIN_PASSWORD_CHARS, SESSION_MAX_S
 
 router = APIRouter(prefix="/api/auth", tags=["auth"], route_class=WebRoute)
 
@@ -37,7 +38,9 @@ def _me(username: str, role: str, tenant: str, csrf: str) -> dict[str, Any]:
     return {"username": username, "role": role, "tenant": tenant, "csrfToken": csrf}
 
 
-@router.post("/login")
+@router.post(
+    "/login", openapi_extra=refusals("csrf_failed", "invalid_credentials", "login_throttled", "store_unavailable")
+)
 async def login(body: LoginBody, request: Request, response: Response, hub: HubDep) -> dict[str, Any]:
     origin = request.headers.get("origin")
     if origin is not None and origin != hub.settings.public_origin:
@@ -66,10 +69,13 @@ async def login(body: LoginBody, request: Request, response: Response, hub: HubD
 
 class PasswordBody(StrictBody):
     currentPassword: str = Field(min_length=1, max_length=MAX_PASSWORD_CHARS)
-    newPassword: str
+    # documented, not validated here: the password rule answers 400 weak_password
+    newPassword: str = Field(json_schema_extra={"minLength": MIN_PASSWORD_CHARS, "maxLength": MAX_PASSWORD_CHARS})
 
 
-@router.post("/password")
+@router.post(
+    "/password", openapi_extra=refusals("weak_password", "invalid_credentials", "login_throttled", "invalid_transition")
+)
 async def change_password(body: PasswordBody, request: Request, user: UserDep, hub: HubDep) -> dict[str, Any]:
     """The signed-in person's own password (web-api.md 9): the current one is checked and throttled like a
     sign-in; the new one follows the password rule; ``authVersion`` + 1 and every other session ends."""

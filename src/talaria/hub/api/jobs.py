@@ -2,43 +2,57 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
 from talaria.errors import TalariaError
 from talaria.hub.api.deps import AdminDep, HubDep, StrictBody, UserDep, text_field
-from talaria.hub.api.views import audit_json, decode_cursor, encode_cursor, job_json, page_limit
+from talaria.hub.api.views import (
+    CursorQuery,
+    LimitQuery,
+    audit_json,
+    decode_cursor,
+    encode_cursor,
+    job_json,
+    page_limit,
+)
 from talaria.hub.api.visibility import visible_job, visible_task
 from talaria.hub.api.waiting import waiting_reason
 from talaria.hub.api.websession import WebRoute, WebUser
+from talaria.hub.openapi import refusals
 from talaria.hub.resources import Hub
 from talaria.lifecycle.machine import JobState
 from talaria.lifecycle.reads import AuditEntry, JobWithResult
 from talaria.limits import MAX_CANCEL_REASON_CHARS
-from talaria.text_rules import one_line
+from talaria.text_rules import ONE_LINE_PATTERN, one_line
 
 router = APIRouter(tags=["jobs", "audit"], route_class=WebRoute)
 
 
 class CancelJob(StrictBody):
-    reason: str = Field(min_length=1, max_length=MAX_CANCEL_REASON_CHARS)
+    reason: str = Field(
+        min_length=1, max_length=MAX_CANCEL_REASON_CHARS, json_schema_extra={"pattern": ONE_LINE_PATTERN}
+    )
+
+
+StateQuery = Annotated[str | None, Query(json_schema_extra={"enum": [s.name for s in JobState]})]
 
 
 def job_view(hub: Hub, found: JobWithResult) -> dict[str, Any]:
     return job_json(found.job, found.result, waiting_reason(hub, found.job))
 
 
-@router.get("/api/jobs")
+@router.get("/api/jobs", openapi_extra=refusals("invalid_request"))
 async def list_jobs(
     user: UserDep,
     hub: HubDep,
-    state: str | None = None,
+    state: StateQuery = None,
     cell: str | None = None,
-    limit: int | None = None,
-    cursor: str | None = None,
+    limit: LimitQuery = None,
+    cursor: CursorQuery = None,
 ) -> dict[str, Any]:
     found, next_cursor = await jobs_page(user, hub, state=state, cell=cell, limit=limit, cursor=cursor)
     return {"jobs": [job_view(hub, item) for item in found], "nextCursor": next_cursor}
@@ -68,13 +82,16 @@ async def jobs_page(
     return found, encode_cursor(found[-1].job.enqueued_at, found[-1].job.id) if more else None
 
 
-@router.get("/api/jobs/{job_id}")
+@router.get("/api/jobs/{job_id}", openapi_extra=refusals("not_found"))
 async def get_job(job_id: str, user: UserDep, hub: HubDep) -> dict[str, Any]:
     found = await run_in_threadpool(visible_job, hub, user, job_id)
     return {"job": job_view(hub, found)}
 
 
-@router.post("/api/jobs/{job_id}/cancel")
+@router.post(
+    "/api/jobs/{job_id}/cancel",
+    openapi_extra=refusals("not_found", "dispatch_missing", "terminal_conflict", "invalid_transition"),
+)
 async def cancel_job(job_id: str, body: CancelJob, admin: AdminDep, hub: HubDep) -> dict[str, Any]:
     reason = text_field(one_line, "reason", body.reason)
 
@@ -90,14 +107,14 @@ async def cancel_job(job_id: str, body: CancelJob, admin: AdminDep, hub: HubDep)
     return {"job": job_view(hub, found)}
 
 
-@router.get("/api/audit")
+@router.get("/api/audit", openapi_extra=refusals("invalid_request", "admin_required", "not_found"))
 async def list_audit(
     user: UserDep,
     hub: HubDep,
     task: str | None = None,
     job: str | None = None,
-    limit: int | None = None,
-    cursor: str | None = None,
+    limit: LimitQuery = None,
+    cursor: CursorQuery = None,
 ) -> dict[str, Any]:
     """Admins see the tenant's events; a user sees the events of one task or job of their own."""
     if not user.is_admin:

@@ -10,9 +10,9 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Match
@@ -23,11 +23,12 @@ from talaria.errors import TalariaError
 from talaria.hub.api.deps import AdminDep, HubDep
 from talaria.hub.api.websession import WebRoute
 from talaria.hub.errors import NOT_JSON
+from talaria.hub.openapi import RUNNER_OUTCOMES, refusals, text_answer
 from talaria.hub.resources import Hub
 from talaria.hub.runners import hermes_probe
 from talaria.hub.runners.connection_state import AccountRef
 from talaria.hub.runners.machine_api import UUID
-from talaria.hub.runners.registry import RunnerRecord, parse_registration
+from talaria.hub.runners.registry import REGISTRATION_BODY, RunnerRecord, parse_registration
 from talaria.hub.turns.driver import TurnDriver
 
 
@@ -46,6 +47,7 @@ class RunnerRoute(WebRoute):
 
 
 router = APIRouter(prefix="/api/admin/runners", tags=["runners"], route_class=RunnerRoute)
+RunnerId = Annotated[str, Path(description="a runner's id, a lower-case UUID", json_schema_extra={"format": "uuid"})]
 
 
 def _known(runner_id: str) -> None:
@@ -69,7 +71,13 @@ async def list_runners(admin: AdminDep, hub: HubDep) -> Response:
     return _no_store({"protocol": 1, "runners": [summary(hub, r) for r in records]})
 
 
-@router.post("", status_code=201)
+@router.post(
+    "",
+    status_code=201,
+    openapi_extra=refusals(
+        "invalid_runner_config", "invalid_assigned_profiles", "runner_source_in_use", body=REGISTRATION_BODY
+    ),
+)
 async def register_runner(request: Request, admin: AdminDep, hub: HubDep) -> Response:
     try:
         body = json.loads(await request.body())
@@ -81,8 +89,8 @@ async def register_runner(request: Request, admin: AdminDep, hub: HubDep) -> Res
     return _no_store(answer, 201)
 
 
-@router.delete("/{runner_id}")
-async def disable_runner(runner_id: str, admin: AdminDep, hub: HubDep) -> Response:
+@router.delete("/{runner_id}", openapi_extra=refusals("not_found"))
+async def disable_runner(runner_id: RunnerId, admin: AdminDep, hub: HubDep) -> Response:
     _known(runner_id)
     if not await run_in_threadpool(hub.registry.disable, runner_id, admin.account.tenant):
         raise TalariaError("not_found", "no such runner")
@@ -90,8 +98,8 @@ async def disable_runner(runner_id: str, admin: AdminDep, hub: HubDep) -> Respon
     return _no_store({"ok": True})
 
 
-@router.get("/{runner_id}/hermes")
-async def runner_hermes(runner_id: str, admin: AdminDep, hub: HubDep, profile: str = "default") -> Response:
+@router.get("/{runner_id}/hermes", openapi_extra=refusals("not_found", *RUNNER_OUTCOMES))
+async def runner_hermes(runner_id: RunnerId, admin: AdminDep, hub: HubDep, profile: str = "default") -> Response:
     """The node's Hermes version and team-tool readiness, asked through the runner as this admin."""
     _known(runner_id)
     record = await run_in_threadpool(hub.registry.get, runner_id)
@@ -106,6 +114,17 @@ async def runner_hermes(runner_id: str, admin: AdminDep, hub: HubDep, profile: s
 
 
 MAX_TEST_PROMPT_CHARS = 4000
+TEST_TURN_BODY = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["prompt"],
+    "properties": {
+        "prompt": {"type": "string", "minLength": 1, "maxLength": MAX_TEST_PROMPT_CHARS, "pattern": r"\S"},
+        "profile": {"type": "string", "minLength": 1, "default": "default"},
+        "tools": {"type": "boolean", "default": True, "description": "offer the team tools to the turn"},
+    },
+}
+_STREAM = text_answer("text/event-stream", "server-sent events: `event` for each Hermes event, then `done` or `error`")
 
 
 def _test_turn_body(raw: bytes) -> tuple[str, str, bool]:
@@ -132,8 +151,11 @@ def _sse(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {canonical_json(data).decode()}\n\n".encode()
 
 
-@router.post("/{runner_id}/test-turn")
-async def runner_test_turn(runner_id: str, request: Request, admin: AdminDep, hub: HubDep) -> Response:
+@router.post(
+    "/{runner_id}/test-turn",
+    openapi_extra=refusals("not_found", "profile_not_allowed", "runner_offline", body=TEST_TURN_BODY, answers=_STREAM),
+)
+async def runner_test_turn(runner_id: RunnerId, request: Request, admin: AdminDep, hub: HubDep) -> Response:
     """One diagnostic Hermes turn on the node as this admin, streamed as server-sent events: ``event``
     for each Hermes event of the session, then ``done`` with ``{status, text, marker}`` or ``error`` with
     the canonical error body. The work id is ``test-turn:<uuid>``."""

@@ -13,6 +13,7 @@ from talaria.errors import TalariaError
 from talaria.hub.api.deps import HubDep, UserDep
 from talaria.hub.api.runner_admin import summary
 from talaria.hub.api.websession import WebRoute
+from talaria.hub.openapi import RUNNER_OUTCOMES, refusals
 from talaria.hub.runners.connection_state import AccountRef
 
 router = APIRouter(prefix="/api/sources", tags=["sources"], route_class=WebRoute)
@@ -29,7 +30,7 @@ async def list_sources(user: UserDep, hub: HubDep) -> dict[str, Any]:
     return {"sources": sources}
 
 
-@router.get("/{source}/profiles")
+@router.get("/{source}/profiles", openapi_extra=refusals("not_found", *RUNNER_OUTCOMES))
 async def list_profiles(source: str, user: UserDep, hub: HubDep) -> dict[str, Any]:
     """The source's Hermes profiles read through its runner, filtered to the caller's allowed profiles
     intersected with the runner's."""
@@ -41,7 +42,12 @@ async def list_profiles(source: str, user: UserDep, hub: HubDep) -> dict[str, An
     reply = await hub.channels.http(record.id, account, "/api/profiles")
     if reply.get("status") != 200:
         raise TalariaError("hermes_unavailable", f"Hermes answered {reply.get('status')} to /api/profiles")
-    listed = json.loads(base64.b64decode(reply["body"]))
+    try:
+        listed = json.loads(base64.b64decode(reply.get("body", "")))
+    except ValueError:
+        listed = None
+    if not isinstance(listed, dict) or not isinstance(listed.get("profiles", []), list):
+        raise TalariaError("hermes_unavailable", "Hermes answered /api/profiles with something other than its list")
     profiles = [
         {"name": p["name"], "isDefault": bool(p.get("is_default")), "model": p.get("model")}
         for p in listed.get("profiles", [])

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
@@ -13,34 +13,53 @@ from talaria.accounts.rules import PROFILE, SOURCE
 from talaria.accounts.service import Account
 from talaria.errors import TalariaError
 from talaria.hub.api.deps import AdminDep, HubDep, StrictBody, UserDep, text_field
-from talaria.hub.api.views import decode_cursor, dispatch_json, encode_cursor, job_json, page_limit, task_json
+from talaria.hub.api.views import (
+    CursorQuery,
+    LimitQuery,
+    decode_cursor,
+    dispatch_json,
+    encode_cursor,
+    job_json,
+    page_limit,
+    task_json,
+)
 from talaria.hub.api.visibility import visible_task
 from talaria.hub.api.waiting import waiting_reason
 from talaria.hub.api.websession import WebRoute
+from talaria.hub.openapi import refusals
 from talaria.ids import trace_id
 from talaria.lifecycle.actor import username_of
 from talaria.lifecycle.machine import TaskState
 from talaria.lifecycle.reads import TaskWithJob
 from talaria.limits import MAX_REJECT_REASON_CHARS, MAX_TASK_PROMPT_CHARS, MAX_TASK_TITLE_CHARS
-from talaria.text_rules import multi_line, one_line
+from talaria.text_rules import MULTI_LINE_PATTERN, ONE_LINE_PATTERN, multi_line, one_line
 
 router = APIRouter(prefix="/api/tasks", tags=["tasks"], route_class=WebRoute)
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
 class CreateTask(StrictBody):
-    title: str = Field(min_length=1, max_length=MAX_TASK_TITLE_CHARS)
-    prompt: str = Field(min_length=1, max_length=MAX_TASK_PROMPT_CHARS)
-    cell: str
-    profile: str
+    title: str = Field(min_length=1, max_length=MAX_TASK_TITLE_CHARS, json_schema_extra={"pattern": ONE_LINE_PATTERN})
+    prompt: str = Field(
+        min_length=1, max_length=MAX_TASK_PROMPT_CHARS, json_schema_extra={"pattern": MULTI_LINE_PATTERN}
+    )
+    cell: str = Field(json_schema_extra={"pattern": SOURCE.pattern, "description": "a source name"})
+    profile: str = Field(json_schema_extra={"pattern": PROFILE.pattern, "description": "a Hermes profile name"})
 
 
 class RejectTask(StrictBody):
-    reason: str = Field(min_length=1, max_length=MAX_REJECT_REASON_CHARS)
+    reason: str = Field(
+        min_length=1, max_length=MAX_REJECT_REASON_CHARS, json_schema_extra={"pattern": ONE_LINE_PATTERN}
+    )
 
 
 class CancelTask(StrictBody):
-    reason: str | None = Field(default=None, min_length=1, max_length=1024)
+    reason: str | None = Field(
+        default=None, min_length=1, max_length=1024, json_schema_extra={"pattern": ONE_LINE_PATTERN}
+    )
+
+
+StateQuery = Annotated[str | None, Query(json_schema_extra={"enum": [s.name for s in TaskState]})]
 
 
 def _trace(request: Request) -> str:
@@ -56,7 +75,7 @@ def _may_use(account: Account, cell: str, profile: str) -> None:
         raise TalariaError("profile_not_allowed", f"{account.username} may not use profile {profile} on {cell}")
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, openapi_extra=refusals("profile_not_allowed"))
 async def create_task(body: CreateTask, request: Request, user: UserDep, hub: HubDep) -> dict[str, Any]:
     title = text_field(one_line, "title", body.title)
     prompt = text_field(multi_line, "prompt", body.prompt)
@@ -79,9 +98,9 @@ async def create_task(body: CreateTask, request: Request, user: UserDep, hub: Hu
     return {"task": task_json(task, None)}
 
 
-@router.get("")
+@router.get("", openapi_extra=refusals("invalid_request"))
 async def list_tasks(
-    user: UserDep, hub: HubDep, state: str | None = None, limit: int | None = None, cursor: str | None = None
+    user: UserDep, hub: HubDep, state: StateQuery = None, limit: LimitQuery = None, cursor: CursorQuery = None
 ) -> dict[str, Any]:
     if state is not None and state not in TaskState.__members__:
         raise TalariaError("invalid_request", "state is not a task state")
@@ -105,13 +124,15 @@ async def list_tasks(
     }
 
 
-@router.get("/{task_id}")
+@router.get("/{task_id}", openapi_extra=refusals("not_found"))
 async def get_task(task_id: str, user: UserDep, hub: HubDep) -> dict[str, Any]:
     found = await run_in_threadpool(visible_task, hub, user, task_id)
     return {"task": task_json(found.task, found.job_id)}
 
 
-@router.post("/{task_id}/submit")
+@router.post(
+    "/{task_id}/submit", openapi_extra=refusals("not_found", "not_author", "profile_not_allowed", "invalid_transition")
+)
 async def submit_task(task_id: str, user: UserDep, hub: HubDep) -> dict[str, Any]:
     found = await run_in_threadpool(visible_task, hub, user, task_id)
     _may_use(user.account, found.task.cell, found.task.profile)  # the author's access may have changed
@@ -121,7 +142,12 @@ async def submit_task(task_id: str, user: UserDep, hub: HubDep) -> dict[str, Any
     return {"task": task_json(task, None)}
 
 
-@router.post("/{task_id}/approve")
+@router.post(
+    "/{task_id}/approve",
+    openapi_extra=refusals(
+        "not_found", "profile_not_allowed", "self_approval_forbidden", "invalid_transition", "not_approved"
+    ),
+)
 async def approve_task(task_id: str, admin: AdminDep, hub: HubDep) -> dict[str, Any]:
     found = await run_in_threadpool(visible_task, hub, admin, task_id)
     author = await run_in_threadpool(hub.accounts.get, username_of(found.task.created_by) or "")
@@ -138,7 +164,7 @@ async def approve_task(task_id: str, admin: AdminDep, hub: HubDep) -> dict[str, 
     }
 
 
-@router.post("/{task_id}/reject")
+@router.post("/{task_id}/reject", openapi_extra=refusals("not_found", "self_approval_forbidden", "invalid_transition"))
 async def reject_task(task_id: str, body: RejectTask, admin: AdminDep, hub: HubDep) -> dict[str, Any]:
     await run_in_threadpool(visible_task, hub, admin, task_id)
     reason = text_field(one_line, "reason", body.reason)
@@ -148,7 +174,10 @@ async def reject_task(task_id: str, body: RejectTask, admin: AdminDep, hub: HubD
     return {"task": task_json(task, None)}
 
 
-@router.post("/{task_id}/cancel")
+@router.post(
+    "/{task_id}/cancel",
+    openapi_extra=refusals("not_found", "invalid_transition", "dispatch_missing", "terminal_conflict"),
+)
 async def cancel_task(task_id: str, user: UserDep, hub: HubDep, body: CancelTask | None = None) -> dict[str, Any]:
     await run_in_threadpool(visible_task, hub, user, task_id)
     reason = (

@@ -19,6 +19,9 @@ from talaria.clock import Clock
 from talaria.errors import TalariaError
 from talaria.runner_json import (
     DEFAULT_HERMES_URL,
+    MAX_ALLOWED_PROFILES,
+    MAX_ARTIFACT_ROOTS,
+    MAX_PROFILE_CHARS,
     ConfigError,
     check_allowed_profiles,
     check_artifact_roots,
@@ -26,10 +29,50 @@ from talaria.runner_json import (
     check_server_url,
 )
 from talaria.store.interface import Row, Store
-from talaria.text_rules import TextRefused, one_line
+from talaria.text_rules import ONE_LINE_PATTERN, TextRefused, one_line
 
 SOURCE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _FIELDS = ("name", "source", "allowedProfiles", "serverURL", "hermesURL", "artifactRoots", "allowInsecureLan")
+_URL = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s/?#@\\]+/?$"
+# The body ``parse_registration`` accepts, as the OpenAPI document shows it (ADR 0029).
+REGISTRATION_BODY: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "allowedProfiles"],
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 100, "pattern": ONE_LINE_PATTERN},
+        "source": {"type": "string", "pattern": SOURCE.pattern, "default": "local"},
+        "allowedProfiles": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_ALLOWED_PROFILES,
+            "items": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_PROFILE_CHARS,
+                "pattern": r"^[^/\\\u0000-\u001f\u007f-\u009f]+$",
+            },
+        },
+        "serverURL": {
+            "type": "string",
+            "pattern": _URL,
+            "description": "the hub's origin as the runner reaches it; http only on loopback unless allowInsecureLan "
+            "(default hub.public_url)",
+        },
+        "hermesURL": {
+            "type": "string",
+            "pattern": _URL,
+            "description": "Hermes on the node, on the literal host 127.0.0.1 or [::1]",
+            "default": DEFAULT_HERMES_URL,
+        },
+        "artifactRoots": {
+            "type": "array",
+            "maxItems": MAX_ARTIFACT_ROOTS,
+            "items": {"type": "string", "pattern": r"^/[^\u0000]*$"},
+        },
+        "allowInsecureLan": {"type": "boolean", "default": False},
+    },
+}
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,11 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from talaria.canonical import canonical_json
 from talaria.errors import TalariaError
+from talaria.hub.middleware import HttpOnly
 
 log = structlog.get_logger("talaria.hub")
 
@@ -97,20 +98,14 @@ def install(app: FastAPI, *, not_found_page: NotFoundPage | None = None) -> None
         return error_response(TalariaError("invalid_request", validation_message(exc.errors())))
 
 
-class InternalErrorGuard:
+class InternalErrorGuard(HttpOnly):
     """Pure ASGI middleware: an unexpected exception becomes 500 ``internal_error`` and stops here.
 
     Starlette's own catch-all answers and then re-raises, and uvicorn then resets the connection,
     sometimes before the client has read the answer; this guard ends the exception instead.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
 
         async def tracking_send(message: Message) -> None:

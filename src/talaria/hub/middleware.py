@@ -152,9 +152,8 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
-class AccessLog:
-    """One structured log line and one metric sample per request (no query strings, no bodies); the line
-    names the client address (``hub/client_address.py``)."""
+class HttpOnly:
+    """Pure ASGI middleware that acts on HTTP requests only (``http``); lifespan and other scopes pass through."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -163,6 +162,17 @@ class AccessLog:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        await self.http(scope, receive, send)
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raise NotImplementedError
+
+
+class AccessLog(HttpOnly):
+    """One structured log line and one metric sample per request (no query strings, no bodies); the line
+    names the client address (``hub/client_address.py``)."""
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         status = 500
 
@@ -190,17 +200,11 @@ class AccessLog:
 _OWN_METHODS = ("/api/", "/internal/")
 
 
-class SafetyHeaders:
+class SafetyHeaders(HttpOnly):
     """Every answer carries ``X-Content-Type-Options: nosniff``; every ``/api/`` answer and every JSON answer
     also ``Cache-Control: no-store`` (both replace what a route set)."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         api = str(scope["path"]).startswith("/api/")
 
         async def with_headers(message: Message) -> None:

@@ -52,7 +52,7 @@ demo: $(STAMP) $(HERMES_STAMP) ## run the product end to end on the embedded SQL
 	$(BIN)/talaria demo
 
 test: $(STAMP) $(HERMES_STAMP) browser ## run the whole test suite (tests/hermes runs real Hermes from .venv-hermes)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 
 lint: $(STAMP) ## ruff (lint + format check) and mypy --strict
 	$(BIN)/ruff check src tests bench

@@ -18,7 +18,7 @@ def where(delay: float = 0.0) -> int:
 
 def test_fast_writes_run_on_the_loop_thread() -> None:
     async def go() -> list[int]:
-        writes = ReceiptWrites(inline_max_s=0.05)
+        writes = ReceiptWrites(inline_max_s=0.05, timer=lambda: 0.0)  # every write measures as instant
         return [await writes.run(where) for _ in range(5)]
 
     loop_thread = threading.get_ident()  # asyncio.run runs the loop on this thread
@@ -26,14 +26,20 @@ def test_fast_writes_run_on_the_loop_thread() -> None:
 
 
 def test_a_slow_write_moves_the_next_ones_to_a_thread_until_enough_are_fast_again() -> None:
+    now = [0.0]  # the writes' durations are measured on this clock, whatever the machine's load
+
+    def write_taking(seconds: float) -> int:
+        now[0] += seconds
+        return threading.get_ident()
+
     async def go() -> tuple[list[bool], list[bool]]:
-        writes = ReceiptWrites(inline_max_s=0.01, return_after=3)
+        writes = ReceiptWrites(inline_max_s=0.01, return_after=3, timer=lambda: now[0])
         me = threading.get_ident()
         inline_flags = []
         on_loop = []
-        for delay in (0.0, 0.03, 0.0, 0.03, 0.0, 0.0, 0.0, 0.0):
+        for seconds in (0.0, 0.03, 0.0, 0.03, 0.0, 0.0, 0.0, 0.0):
             inline_flags.append(writes.inline)
-            on_loop.append(await writes.run(lambda d=delay: where(d)) == me)
+            on_loop.append(await writes.run(lambda s=seconds: write_taking(s)) == me)
         return inline_flags, on_loop
 
     inline_flags, on_loop = asyncio.run(go())

@@ -95,6 +95,10 @@ STATUS_BY_CODE: Mapping[str, int] = {
     # the account behind a turn lost its access (disabled, auth_version changed, profile removed)
     "access_revoked": 403,
     "team_tools_forbidden": 403,
+    # chat (chat.md 3.6)
+    "bot_not_allowed": 403,
+    "duplicate_bot_name": 409,
+    "bot_limit": 409,
 }
 
 # Runner-reported codes without a status of their own are relayed as 502 (runner-protocol.md 14).

@@ -43,6 +43,11 @@ MAX_PASSWORD_CHARS: Final = 1024  # -> 400 weak_password
 MAX_LIST_LIMIT: Final = 100  # -> 400 invalid_request
 DEFAULT_LIST_LIMIT: Final = 50
 # Login throttling: failures per window, per account and per peer (web-api.md 2) -> 429 login_throttled
+# Chat (chat.md 7)
+MAX_BOT_NAME_CHARS: Final = 100  # -> 400 invalid_request
+MAX_BOT_INSTRUCTIONS_CHARS: Final = 24_000  # -> 400 invalid_request
+MAX_LIVE_BOTS: Final = 100  # non-archived bots per account -> 409 bot_limit
+
 LOGIN_MAX_FAILURES: Final = 5
 LOGIN_WINDOW_S: Final = 300
 # Web sessions: idle and absolute lifetime (web-api.md 2) -> 401 unauthenticated

@@ -144,6 +144,8 @@ def append_audit(store: Any, seq: int = 1, body: str = '{"seq":1}') -> None:
             task_id=None,
             dispatch_id=None,
             job_id=None,
+            conversation_id=None,
+            bot_id=None,
             from_state=None,
             to_state="DRAFT",
             revision_before=None,

@@ -409,6 +409,7 @@ IMPORT_RULES: dict[str, tuple[str, ...]] = {
     "talaria.lifecycle": ("talaria.hub", "talaria.runner"),
     "talaria.store": ("talaria.hub", "talaria.lifecycle", "talaria.runner", "talaria.accounts"),
     "talaria.accounts": ("talaria.hub", "talaria.lifecycle", "talaria.runner"),
+    "talaria.chat": ("talaria.hub", "talaria.runner"),
 }
 
 

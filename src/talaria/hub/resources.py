@@ -8,8 +8,10 @@ import structlog
 
 from talaria.accounts.service import Accounts
 from talaria.accounts.throttle import LoginThrottle
+from talaria.chat.bots import Bots
 from talaria.clock import Clock
 from talaria.hub.api.websession import WebSessions, load_secret_key
+from talaria.hub.chat.bot_access import BotAccess
 from talaria.hub.client_address import ClientAddresses
 from talaria.hub.dispatch.dispatcher import Dispatcher
 from talaria.hub.metrics import HubMetrics
@@ -21,6 +23,7 @@ from talaria.hub.runners.validity import Validity
 from talaria.hub.runtime.security_events import SecurityEvents
 from talaria.hub.timings import HubTimings
 from talaria.hub.turns.driver import TurnDriver
+from talaria.lifecycle.audit_key import AuditKey
 from talaria.lifecycle.engine import Engine
 from talaria.lifecycle.recovery import RecoveryReport
 from talaria.settings import Settings
@@ -50,6 +53,8 @@ class Hub:
     channels: Channels
     dispatcher: Dispatcher
     clients: ClientAddresses
+    bot_access: BotAccess
+    bots: Bots
 
     def tick(self) -> None:
         """One reaper sweep."""
@@ -83,6 +88,7 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
         driver=TurnDriver(channels, registry, clock, grant_renew_s=timings.grant_renew_s), timings=timings,
     )  # fmt: skip
     engine.add_listener(dispatcher.on_signal)
+    bot_access = BotAccess(registry, runners)
     hub = Hub(
         settings=settings,
         clock=clock,
@@ -101,6 +107,8 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
         channels=channels,
         dispatcher=dispatcher,
         clients=ClientAddresses(settings.hub_trusted_proxies),
+        bot_access=bot_access,
+        bots=Bots(store, clock, AuditKey.load(settings.data_dir), bot_access.allowed),
     )
     hub.reaper = Reaper(hub.tick, settings.lifecycle_reaper_interval_s)
     return hub

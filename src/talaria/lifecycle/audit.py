@@ -29,9 +29,34 @@ _heads: weakref.WeakKeyDictionary[Tx, tuple[int, str]] = weakref.WeakKeyDictiona
 
 @dataclass(frozen=True)
 class Subject:
-    task: str | None
+    """What an event is about: a task, its dispatch and job (lifecycle.md 8); or, for chat (chat.md 8), a
+    conversation and its turn, or a bot."""
+
+    task: str | None = None
     dispatch: str | None = None
     job: str | None = None
+    conversation: str | None = None
+    turn: str | None = None
+    bot: str | None = None
+
+    @property
+    def is_chat(self) -> bool:
+        return self.conversation is not None or self.bot is not None
+
+    def as_json(self) -> dict[str, str | None]:
+        if self.conversation is not None:
+            return {"conversation": self.conversation, "turn": self.turn}
+        if self.bot is not None:
+            return {"bot": self.bot}
+        return {"task": self.task, "dispatch": self.dispatch, "job": self.job}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A chat event's evidence, kept in its body (chat.md 8): a kind and the keyed digest of its free text."""
+
+    kind: str
+    content_digest: str
 
 
 def append(
@@ -52,8 +77,10 @@ def append(
     idempotency_key_hash: str | None = None,
     request_digest: str | None = None,
     reason_code: str | None = None,
+    evidence: Evidence | None = None,
 ) -> str:
-    """Append one event after the chain head; returns its ``event_id``. Raises on any failure."""
+    """Append one event after the chain head; returns its ``event_id``. Raises on any failure. A chat event
+    (``subject.is_chat``) also carries ``evidence`` (or null) in its body."""
     head = _heads.get(tx)  # a second event of the same transaction follows the first one's head
     if head is None:
         row = tx.one("audit_head_get")
@@ -70,7 +97,7 @@ def append(
         "type": type,
         "tenant": tenant,
         "actor": actor.as_json(),
-        "subject": {"task": subject.task, "dispatch": subject.dispatch, "job": subject.job},
+        "subject": subject.as_json(),
         "binding": binding.as_dict() if binding is not None else None,
         "from_state": from_state,
         "to_state": to_state,
@@ -83,6 +110,10 @@ def append(
         "outcome": "applied",
         "reason_code": reason_code,
     }
+    if subject.is_chat:
+        event["evidence"] = (
+            {"kind": evidence.kind, "contentDigest": evidence.content_digest} if evidence is not None else None
+        )
     body = canonical_json(event).decode("utf-8")
     digest = sha256_hex(prev_hash + "\n" + body)
     tx.run(
@@ -95,6 +126,8 @@ def append(
         task_id=subject.task,
         dispatch_id=subject.dispatch,
         job_id=subject.job,
+        conversation_id=subject.conversation,
+        bot_id=subject.bot,
         from_state=from_state,
         to_state=to_state,
         revision_before=revision_before,
@@ -144,10 +177,14 @@ def _columns_agree(row: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
     if any(row[col] != event.get(key) for col, key in _COLUMNS.items()):
         return False
     subject = event.get("subject") or {}
-    if (row["task_id"], row["dispatch_id"], row["job_id"]) != (
+    # a database not yet upgraded to core 0005 has no chat columns: its events have no chat subject either
+    chat = (row.get("conversation_id"), row.get("bot_id"))
+    if (row["task_id"], row["dispatch_id"], row["job_id"], *chat) != (
         subject.get("task"),
         subject.get("dispatch"),
         subject.get("job"),
+        subject.get("conversation"),
+        subject.get("bot"),
     ):
         return False
     return bool(rfc3339(row["occurred_at"]) == event.get("occurred_at"))

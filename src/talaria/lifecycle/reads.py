@@ -39,7 +39,7 @@ class TaskWithJob:
 
 @dataclass(frozen=True, slots=True)
 class AuditEntry:
-    """One audit event as the web API lists it, with its evidence (job transitions only)."""
+    """One audit event as the web API lists it, with its evidence (job transitions' rows, chat events' bodies)."""
 
     seq: int
     event_id: str
@@ -59,12 +59,14 @@ class AuditEntry:
 
     @classmethod
     def from_row(cls, row: Row) -> AuditEntry:
+        body = json.loads(row["body"])
+        kept = body.get("evidence") or {}  # a chat event keeps its evidence in its body (chat.md 8)
         return cls(
             row["seq"],
             row["event_id"],
             row["occurred_at"],
             row["type"],
-            json.loads(row["body"]),
+            body,
             row["from_state"],
             row["to_state"],
             row["revision_before"],
@@ -73,8 +75,8 @@ class AuditEntry:
             row["reason_code"],
             row["prev_hash"],
             row["hash"],
-            row["evidence_kind"],
-            row["evidence_digest"],
+            row["evidence_kind"] or kept.get("kind"),
+            row["evidence_digest"] or kept.get("contentDigest"),
         )
 
 
@@ -215,11 +217,20 @@ class ReadEntries(Context):
         return [TaskWithJob(Task.from_row(row), row["job_id"]) for row in rows]
 
     def list_audit(
-        self, tenant: str, *, task_id: str | None, job_id: str | None, before_seq: int | None, limit: int
+        self,
+        tenant: str,
+        *,
+        task_id: str | None,
+        job_id: str | None,
+        before_seq: int | None,
+        limit: int,
+        conversation_id: str | None = None,
+        bot_id: str | None = None,
     ) -> list[AuditEntry]:
-        """A page of a tenant's audit events (optionally of one task or job), newest first."""
+        """A page of a tenant's audit events (optionally of one task, job, conversation or bot), newest first."""
         with self.store.read() as tx:
             rows = tx.all(
-                "audit_list", tenant=tenant, task_id=task_id, job_id=job_id, before_seq=before_seq, limit=limit
-            )
+                "audit_list", tenant=tenant, task_id=task_id, job_id=job_id, conversation_id=conversation_id,
+                bot_id=bot_id, before_seq=before_seq, limit=limit,
+            )  # fmt: skip
         return [AuditEntry.from_row(row) for row in rows]

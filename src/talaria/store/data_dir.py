@@ -9,6 +9,7 @@ file's mode, so the database file is created here, 0600, before SQLite opens it.
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 from pathlib import Path
 from typing import Final
@@ -53,6 +54,19 @@ def create_private(path: Path) -> None:
     except OSError as exc:
         raise StoreUnavailable(f"cannot create {path}: {exc.strerror}") from None
     _set(path, FILE_MODE)  # the umask may have removed owner bits
+
+
+def key_file(path: Path) -> bytes:
+    """The 32 bytes kept in ``path`` (``secret.key``, ``audit.key``), made with ``secrets`` and mode 0600 at first
+    use. The bytes are never logged."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+    except FileExistsError:
+        return path.read_bytes()
+    key = secrets.token_bytes(32)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(key)
+    return key
 
 
 def _set(path: Path, mode: int, *, follow: bool = False) -> None:

@@ -1,4 +1,5 @@
-"""What a web user may see: their own tasks and jobs, or, for an admin, every one of the tenant.
+"""What a web user may see: their own tasks and jobs, or, for an admin, every one of the tenant; the audit events
+of their own bots, or, for an admin, of every bot of the tenant (the bots themselves are their owners' alone).
 
 Anything else answers 404 ``not_found`` (never 403), so ids of others' objects leak nothing.
 """
@@ -17,6 +18,13 @@ def visible_task(hub: Hub, user: WebUser, task_id: str) -> TaskWithJob:
     if found is None or (not user.is_admin and found.task.created_by != user.account.principal):
         raise TalariaError("not_found", "no such task")
     return found
+
+
+def visible_bot_events(hub: Hub, user: WebUser, bot_id: str) -> None:
+    """Whether ``user`` may read the audit events of the bot: its owner, or an admin of its tenant; else 404."""
+    owner = hub.bots.owner_of(user.account.tenant, bot_id)
+    if owner is None or (not user.is_admin and owner != user.account.username):
+        raise TalariaError("not_found", "no such bot")
 
 
 def visible_job(hub: Hub, user: WebUser, job_id: str) -> JobWithResult:

@@ -9,7 +9,6 @@ order: session (401 ``unauthenticated``), CSRF and Origin on state-changing meth
 from __future__ import annotations
 
 import hmac
-import os
 import secrets
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from talaria.clock import Clock
 from talaria.errors import TalariaError
 from talaria.lifecycle.actor import PLATFORM_ADMIN, Actor
 from talaria.limits import SESSION_IDLE_S, SESSION_MAX_S
+from talaria.store.data_dir import key_file
 from talaria.store.interface import Store
 
 COOKIE = "talaria_session"
@@ -37,15 +37,7 @@ _TOUCH_EVERY_MS = 60_000
 
 def load_secret_key(data_dir: Path) -> bytes:
     """Read ``secret.key``, creating it (32 random bytes, mode 600) at first start."""
-    path = data_dir / "secret.key"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_bytes()
-    key = secrets.token_bytes(32)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(key)
-    return key
+    return key_file(data_dir / "secret.key")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,130 @@
+"""Bot routes (chat.md 3.1-3.2): ``/api/bots`` and ``/api/bot-profiles``, each for the signed-in account's own
+bots only (another account's bot is 404 ``not_found``, an admin's request included)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from pydantic import Field, WithJsonSchema
+from starlette.concurrency import run_in_threadpool
+
+from talaria.accounts.rules import PROFILE, SOURCE
+from talaria.chat.bots import Bot
+from talaria.errors import TalariaError
+from talaria.hub.api.deps import HubDep, StrictBody, UserDep
+from talaria.hub.api.views import CursorQuery, LimitQuery, decode_cursor, encode_cursor, page_limit
+from talaria.hub.api.websession import WebRoute
+from talaria.hub.openapi import refusals
+from talaria.hub.resources import Hub
+from talaria.limits import MAX_BOT_INSTRUCTIONS_CHARS, MAX_BOT_NAME_CHARS
+from talaria.text_rules import MULTI_LINE_CONTROLS, ONE_LINE_PATTERN
+
+router = APIRouter(tags=["bots"], route_class=WebRoute)
+
+_NAME = {
+    "type": "string",
+    "pattern": ONE_LINE_PATTERN,
+    "maxLength": MAX_BOT_NAME_CHARS,
+    "description": "trimmed: 1-100 characters, no control character and no @; unique among your bots "
+    "(case-insensitively)",
+}
+_INSTRUCTIONS = {
+    "type": "string",
+    "maxLength": MAX_BOT_INSTRUCTIONS_CHARS,
+    "description": "0-24,000 characters; of the control characters only "
+    + " and ".join(repr(c) for c in sorted(MULTI_LINE_CONTROLS)),
+}
+
+
+class CreateBot(StrictBody):
+    name: Annotated[str, WithJsonSchema(_NAME)]
+    source: str = Field(json_schema_extra={"pattern": SOURCE.pattern, "description": "a source name"})
+    profile: str = Field(json_schema_extra={"pattern": PROFILE.pattern, "description": "a Hermes profile name"})
+    instructions: Annotated[str, WithJsonSchema(_INSTRUCTIONS)] = ""
+
+
+# Every field may be left out (at least one given), none may be null (400 invalid_request).
+class PatchBot(StrictBody):
+    name: Annotated[str | None, WithJsonSchema(_NAME)] = None
+    instructions: Annotated[str | None, WithJsonSchema(_INSTRUCTIONS)] = None
+    archived: Annotated[bool | None, WithJsonSchema({"type": "boolean"})] = None
+
+
+ArchivedQuery = Annotated[bool, Query(description="archived bots instead of the others")]
+
+
+def bot_json(hub: Hub, bot: Bot) -> dict[str, Any]:
+    record = hub.bot_access.runner_of(bot.tenant, bot.source)
+    return {
+        "id": bot.id,
+        "name": bot.name,
+        "source": bot.source,
+        "profile": bot.profile,
+        "instructions": bot.instructions,
+        "archived": bot.archived,
+        "online": hub.bot_access.online(record),
+        "runner": {"id": record.id, "name": record.name} if record is not None else None,
+        "teamPermission": False,  # reserved until team-tools.md's set is installed
+        "createdAt": bot.created_at,
+        "updatedAt": bot.updated_at,
+        "revision": bot.revision,
+    }
+
+
+@router.get("/api/bots", openapi_extra=refusals("invalid_request"))
+async def list_bots(
+    user: UserDep, hub: HubDep, archived: ArchivedQuery = False, limit: LimitQuery = None, cursor: CursorQuery = None
+) -> dict[str, Any]:
+    size = page_limit(limit)
+    after = decode_cursor(cursor, (int, str))
+
+    def read() -> list[dict[str, Any]]:
+        found = hub.bots.list(user.account, archived=archived, after=(after[0], after[1]) if after else None,
+                              limit=size + 1)  # fmt: skip
+        return [bot_json(hub, bot) for bot in found]
+
+    bots = await run_in_threadpool(read)
+    more, bots = len(bots) > size, bots[:size]
+    return {"bots": bots, "nextCursor": encode_cursor(bots[-1]["createdAt"], bots[-1]["id"]) if more else None}
+
+
+@router.post("/api/bots", status_code=201, openapi_extra=refusals("bot_not_allowed", "duplicate_bot_name", "bot_limit"))
+async def create_bot(body: CreateBot, user: UserDep, hub: HubDep) -> dict[str, Any]:
+    def create() -> dict[str, Any]:
+        bot = hub.bots.create(
+            user.account, name=body.name, source=body.source, profile=body.profile, instructions=body.instructions
+        )
+        return bot_json(hub, bot)
+
+    return {"bot": await run_in_threadpool(create)}
+
+
+@router.get("/api/bots/{bot_id}", openapi_extra=refusals("not_found"))
+async def get_bot(bot_id: str, user: UserDep, hub: HubDep) -> dict[str, Any]:
+    return {"bot": await run_in_threadpool(lambda: bot_json(hub, hub.bots.get(user.account, bot_id)))}
+
+
+@router.patch(
+    "/api/bots/{bot_id}",
+    openapi_extra=refusals("not_found", "bot_not_allowed", "duplicate_bot_name", "bot_limit"),
+)
+async def update_bot(bot_id: str, body: PatchBot, user: UserDep, hub: HubDep) -> dict[str, Any]:
+    changes = body.model_dump(exclude_unset=True)
+    if not changes:
+        raise TalariaError("invalid_request", "give at least one of name, instructions, archived")
+    nulls = sorted(k for k, v in changes.items() if v is None)
+    if nulls:
+        raise TalariaError("invalid_request", f"{nulls[0]} must not be null")
+
+    def update() -> dict[str, Any]:
+        return bot_json(hub, hub.bots.update(user.account, bot_id, **changes))
+
+    return {"bot": await run_in_threadpool(update)}
+
+
+@router.get("/api/bot-profiles")
+async def bot_profiles(user: UserDep, hub: HubDep) -> dict[str, Any]:
+    """The (source, profile) pairs a bot may be bound to now, by source and profile."""
+    pairs = await run_in_threadpool(hub.bot_access.profiles, user.account)
+    return {"profiles": [{"source": p.source, "profile": p.profile, "online": p.online} for p in pairs]}

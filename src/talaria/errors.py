@@ -99,6 +99,8 @@ STATUS_BY_CODE: Mapping[str, int] = {
     "bot_not_allowed": 403,
     "duplicate_bot_name": 409,
     "bot_limit": 409,
+    "bot_archived": 409,
+    "conversation_limit": 409,
 }
 
 # Runner-reported codes without a status of their own are relayed as 502 (runner-protocol.md 14).

@@ -47,6 +47,8 @@ DEFAULT_LIST_LIMIT: Final = 50
 MAX_BOT_NAME_CHARS: Final = 100  # -> 400 invalid_request
 MAX_BOT_INSTRUCTIONS_CHARS: Final = 24_000  # -> 400 invalid_request
 MAX_LIVE_BOTS: Final = 100  # non-archived bots per account -> 409 bot_limit
+MAX_CONVERSATION_TITLE_CHARS: Final = 200  # -> 400 invalid_request
+MAX_LIVE_CONVERSATIONS: Final = 500  # non-archived conversations per account -> 409 conversation_limit
 
 LOGIN_MAX_FAILURES: Final = 5
 LOGIN_WINDOW_S: Final = 300

@@ -57,7 +57,7 @@ def test_the_document_covers_the_web_api_and_the_operations_routes_only(document
     paths = set(document["paths"])
     assert {p for p in paths if not p.startswith("/api/")} == {"/healthz", "/readyz", "/metrics"}
     assert not any(p.startswith(("/api/runner/", "/internal/")) for p in paths)
-    assert len(operations(document)) == 34  # 29, and the five bot routes (chat.md 3.2)
+    assert len(operations(document)) == 38  # 29, and the five bot and four conversation routes (chat.md 3.2)
 
 
 def test_the_error_schema_is_the_canonical_body(document: dict[str, Any]) -> None:

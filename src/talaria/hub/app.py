@@ -25,7 +25,7 @@ from talaria.hub.api import jobs as api_jobs
 from talaria.hub.api import runner_admin
 from talaria.hub.api import sources as api_sources
 from talaria.hub.api import tasks as api_tasks
-from talaria.hub.chat import bots_api
+from talaria.hub.chat import bots_api, conversations_api
 from talaria.hub.middleware import AccessLog, BodyLimit, HeadAsGet, SafetyHeaders
 from talaria.hub.resources import Hub, open_hub
 from talaria.hub.runners import machine_api
@@ -102,7 +102,10 @@ def create_app(
     )
     errors.install(app, not_found_page=web_pages.not_found_page)
     app.state.pages = Pages(clock.now_ms)
-    routers = (api_auth.router, api_accounts.router, api_tasks.router, api_jobs.router, bots_api.router, ops.router)
+    routers = (
+        api_auth.router, api_accounts.router, api_tasks.router, api_jobs.router, bots_api.router,
+        conversations_api.router, ops.router,
+    )  # fmt: skip
     documented = (*routers, runner_admin.router, api_sources.router)  # the document's routes (ADR 0029)
     for router in documented:
         app.include_router(router)

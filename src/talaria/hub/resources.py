@@ -9,6 +9,7 @@ import structlog
 from talaria.accounts.service import Accounts
 from talaria.accounts.throttle import LoginThrottle
 from talaria.chat.bots import Bots
+from talaria.chat.conversations import Conversations
 from talaria.clock import Clock
 from talaria.hub.api.websession import WebSessions, load_secret_key
 from talaria.hub.chat.bot_access import BotAccess
@@ -55,6 +56,7 @@ class Hub:
     clients: ClientAddresses
     bot_access: BotAccess
     bots: Bots
+    conversations: Conversations
 
     def tick(self) -> None:
         """One reaper sweep."""
@@ -109,6 +111,7 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
         clients=ClientAddresses(settings.hub_trusted_proxies),
         bot_access=bot_access,
         bots=Bots(store, clock, AuditKey.load(settings.data_dir), bot_access.allowed),
+        conversations=Conversations(store, clock, bot_access.allowed),
     )
     hub.reaper = Reaper(hub.tick, settings.lifecycle_reaper_interval_s)
     return hub

@@ -19,7 +19,7 @@ from talaria.hub.api.views import (
     job_json,
     page_limit,
 )
-from talaria.hub.api.visibility import visible_bot_events, visible_job, visible_task
+from talaria.hub.api.visibility import visible_bot_events, visible_conversation_events, visible_job, visible_task
 from talaria.hub.api.waiting import waiting_reason
 from talaria.hub.api.websession import WebRoute, WebUser
 from talaria.hub.openapi import refusals
@@ -114,24 +114,31 @@ async def list_audit(
     task: str | None = None,
     job: str | None = None,
     bot: str | None = None,
+    conversation: str | None = None,
     limit: LimitQuery = None,
     cursor: CursorQuery = None,
 ) -> dict[str, Any]:
-    """Admins see the tenant's events; a user sees the events of one task, job or bot of their own."""
-    if not user.is_admin and task is None and job is None and bot is None:
-        raise TalariaError("admin_required", "name one of your tasks (task=), jobs (job=) or bots (bot=)")
+    """Admins see the tenant's events; a user sees the events of one task, job, bot or conversation of their own."""
+    if not user.is_admin and task is None and job is None and bot is None and conversation is None:
+        raise TalariaError(
+            "admin_required",
+            "name one of your tasks (task=), jobs (job=), bots (bot=) or conversations (conversation=)",
+        )
     if task is not None and not user.is_admin:
         await run_in_threadpool(visible_task, hub, user, task)
     if job is not None and not user.is_admin:
         await run_in_threadpool(visible_job, hub, user, job)
     if bot is not None:  # an admin too: a bot of no one of the tenant is 404
         await run_in_threadpool(visible_bot_events, hub, user, bot)
+    if conversation is not None:
+        await run_in_threadpool(visible_conversation_events, hub, user, conversation)
     size = page_limit(limit)
     after = decode_cursor(cursor, (int,))
 
     def read() -> list[AuditEntry]:
         return hub.engine.list_audit(
-            user.account.tenant, task_id=task, job_id=job, bot_id=bot, before_seq=after[0] if after else None,
+            user.account.tenant, task_id=task, job_id=job, bot_id=bot, conversation_id=conversation,
+            before_seq=after[0] if after else None,
             limit=size + 1,
         )  # fmt: skip
 

@@ -27,6 +27,13 @@ def visible_bot_events(hub: Hub, user: WebUser, bot_id: str) -> None:
         raise TalariaError("not_found", "no such bot")
 
 
+def visible_conversation_events(hub: Hub, user: WebUser, conversation_id: str) -> None:
+    """Whether ``user`` may read the audit events of the conversation: its owner, or an admin of its tenant."""
+    owner = hub.conversations.owner_of(user.account.tenant, conversation_id)
+    if owner is None or (not user.is_admin and owner != user.account.username):
+        raise TalariaError("not_found", "no such conversation")
+
+
 def visible_job(hub: Hub, user: WebUser, job_id: str) -> JobWithResult:
     """The job with its stored result, if ``user`` may see it; else 404 ``not_found``."""
     found = hub.engine.job(user.account.tenant, job_id)

@@ -1,0 +1,33 @@
+-- name: chat_conversation_insert
+-- Start a conversation with a bot (chat.md 3.2).
+INSERT INTO chat_conversation (id, tenant, owner, bot_id, title, title_set, created_at, updated_at, last_activity_at)
+VALUES (:id, :tenant, :owner, :bot_id, :title, :title_set, :now, :now, :now)
+
+-- name: chat_conversation_get
+-- One conversation of an owner, with its bot's name, source, profile and archived flag.
+SELECT c.*, b.name AS bot_name, b.source AS bot_source, b.profile AS bot_profile, b.archived AS bot_archived
+FROM chat_conversation c JOIN bot b ON b.id = c.bot_id
+WHERE c.tenant = :tenant AND c.owner = :owner AND c.id = :id
+
+-- name: chat_conversation_list
+-- An owner's conversations, archived or not, by last activity, newest first (ties by id), after a cursor.
+SELECT c.*, b.name AS bot_name, b.source AS bot_source, b.profile AS bot_profile, b.archived AS bot_archived
+FROM chat_conversation c JOIN bot b ON b.id = c.bot_id
+WHERE c.tenant = :tenant AND c.owner = :owner AND c.archived = :archived
+  AND (:cursor_at IS NULL OR c.last_activity_at < :cursor_at
+       OR (c.last_activity_at = :cursor_at AND c.id < :cursor_id))
+ORDER BY c.last_activity_at DESC, c.id DESC
+LIMIT :limit
+
+-- name: chat_conversation_live_count
+-- How many conversations an owner has that are not archived.
+SELECT COUNT(*) AS n FROM chat_conversation WHERE tenant = :tenant AND owner = :owner AND archived = 0
+
+-- name: chat_conversation_update
+-- Change a conversation's title or archived flag.
+UPDATE chat_conversation SET title = :title, title_set = :title_set, archived = :archived, updated_at = :now
+WHERE id = :id
+
+-- name: chat_conversation_owner
+-- Who owns a conversation of the tenant (for the audit log's visibility), if it exists.
+SELECT owner FROM chat_conversation WHERE tenant = :tenant AND id = :id

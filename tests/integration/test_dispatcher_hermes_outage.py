@@ -5,6 +5,7 @@ ends FAILED with ``hermes_unavailable``, retryable, never ``runner_command_not_a
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +56,18 @@ def test_a_job_whose_attempts_all_meet_the_outage_fails_hermes_unavailable_and_r
         assert done["result"]["code"] == "hermes_unavailable" and done["result"]["retryable"] is True
         assert requeues(env, job["id"]) == []
         assert env.hermes.prompt_count("never reaches hermes") == 0
+
+
+def test_a_held_node_that_is_disabled_ends_its_watch(tmp_path: Path) -> None:
+    with hub_env(tmp_path, timings=QUICK) as env:
+        env.hermes.fail_route("/api/status", 503)
+        env.start_runner()
+        job = env.approved_job("held then disabled")
+        wait_until(lambda: requeues(env, job["id"]), timeout=20, what="the attempt to be given back")
+        holds = env.server.hub.dispatcher.holds
+        runner_id = json.loads(env.config_path.read_text())["runnerId"]
+        assert holds.is_held(runner_id)
+        assert env.bob.delete(f"/api/admin/runners/{runner_id}").status_code == 200
+        wait_until(lambda: not holds.is_held(runner_id), timeout=20, what="the watch of the disabled node to end")
+        assert env.job(job["id"])["state"] == "QUEUED"  # no node serves it now
+        assert env.hermes.prompt_count("held then disabled") == 0

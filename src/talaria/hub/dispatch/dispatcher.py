@@ -93,7 +93,7 @@ class Dispatcher:
         self.turns = JobTurns(store, clock)
         self.worker_instance = f"hub-{uuid.uuid4()}"
         self.holder = LeaseHolder(engine, clock, settings, self.worker_instance)
-        self.holds = HermesHolds(driver.channels, self.timings, self.wake)
+        self.holds = HermesHolds(driver.channels, self.timings, self.wake, self._enabled)
         self.running: dict[str, asyncio.Task[None]] = {}  # job id -> its task
         self.per_runner: defaultdict[str, int] = defaultdict(int)
         self.cancels: dict[str, asyncio.Event] = {}
@@ -183,6 +183,10 @@ class Dispatcher:
                     progress = True
                     break
         return started
+
+    def _enabled(self, runner_id: str) -> bool:
+        record = self.registry.get(runner_id)
+        return record is not None and record.enabled
 
     def _connected_records(self) -> list[RunnerRecord]:
         out = []

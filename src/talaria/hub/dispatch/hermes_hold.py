@@ -3,7 +3,8 @@
 A job whose turn met ``hermes_unavailable`` before anything was submitted gives its lease back (the next attempt
 runs it); its node is then held: a watcher asks the node's Hermes for ``GET /api/status`` after
 ``timings.hermes_retry_s``, doubling the pause up to ``timings.hermes_retry_max_s``, and lifts the hold (waking
-the dispatcher) at the first 200. So an outage costs a job one attempt, not one per scan.
+the dispatcher) at the first 200; a runner disabled or deleted meanwhile ends its watch. So an outage costs a
+job one attempt, not one per scan.
 """
 
 from __future__ import annotations
@@ -29,10 +30,17 @@ STILL_DOWN = frozenset(
 
 
 class HermesHolds:
-    def __init__(self, channels: Channels, timings: HubTimings, on_lifted: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        channels: Channels,
+        timings: HubTimings,
+        on_lifted: Callable[[], None],
+        still_enabled: Callable[[str], bool],
+    ) -> None:
         self.channels = channels
         self.timings = timings
         self.on_lifted = on_lifted
+        self.still_enabled = still_enabled  # whether the runner's record still exists and is enabled
         self._watchers: dict[str, asyncio.Task[None]] = {}  # runner id -> its watcher
         self.probes = 0  # status probes sent (tests await a number of them)
 
@@ -61,6 +69,9 @@ class HermesHolds:
         while True:
             await asyncio.sleep(pause)
             pause = min(pause * 2, self.timings.hermes_retry_max_s)
+            if not await asyncio.to_thread(self.still_enabled, runner_id):  # disabled or deleted: nothing to hold
+                self._watchers.pop(runner_id, None)
+                return
             if await self._answers(runner_id, account):
                 log.info("dispatcher_hermes_back", runner=runner_id)
                 self._watchers.pop(runner_id, None)

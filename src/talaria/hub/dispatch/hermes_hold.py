@@ -54,7 +54,12 @@ class HermesHolds:
         log.info("dispatcher_hermes_hold", runner=runner_id)
         task = asyncio.get_running_loop().create_task(self._watch(runner_id, account))
         self._watchers[runner_id] = task
-        task.add_done_callback(lambda _: self._watchers.pop(runner_id, None))
+        task.add_done_callback(lambda ended: self._forget(runner_id, ended))
+
+    def _forget(self, runner_id: str, watcher: asyncio.Task[None]) -> None:
+        """Drop the runner's entry if it is still this watcher's (a later hold may have replaced it)."""
+        if self._watchers.get(runner_id) is watcher:
+            del self._watchers[runner_id]
 
     async def stop(self) -> None:
         watchers = list(self._watchers.values())
@@ -70,11 +75,11 @@ class HermesHolds:
             await asyncio.sleep(pause)
             pause = min(pause * 2, self.timings.hermes_retry_max_s)
             if not await asyncio.to_thread(self.still_enabled, runner_id):  # disabled or deleted: nothing to hold
-                self._watchers.pop(runner_id, None)
+                del self._watchers[runner_id]  # its own entry: hold() adds none while one exists
                 return
             if await self._answers(runner_id, account):
                 log.info("dispatcher_hermes_back", runner=runner_id)
-                self._watchers.pop(runner_id, None)
+                del self._watchers[runner_id]  # lifted before the dispatcher scans again
                 self.on_lifted()
                 return
 

@@ -44,18 +44,8 @@ def hub(
 
 
 def events(server: HubServer, job: str) -> list[str]:
-    with server.hub.store.read() as tx:
-        rows = tx.all(
-            "audit_list",
-            tenant="default",
-            task_id=None,
-            job_id=job,
-            conversation_id=None,
-            bot_id=None,
-            before_seq=None,
-            limit=1000,
-        )
-    return [r["type"] for r in reversed(rows)]
+    rows = server.hub.engine.list_audit("default", task_id=None, job_id=job, before_seq=None, limit=1000)
+    return [r.type for r in reversed(rows)]
 
 
 def states(server: HubServer, job: str) -> tuple[str, str, str]:
@@ -449,18 +439,8 @@ def test_20_restart_with_an_expired_lease(hub: HubServer) -> None:
     hub.start()
     after = job_row(hub, job)  # before any request
     assert after["state"] == "QUEUED" and after["revision"] == before["revision"] + 1
-    with hub.hub.store.read() as tx:
-        last = tx.all(
-            "audit_list",
-            tenant="default",
-            task_id=None,
-            job_id=job,
-            conversation_id=None,
-            bot_id=None,
-            before_seq=None,
-            limit=1,
-        )[0]
-    assert (last["type"], last["reason_code"]) == ("hermes.job.requeued", "lease_expired_on_recovery")
+    last = hub.hub.engine.list_audit("default", task_id=None, job_id=job, before_seq=None, limit=1)[0]
+    assert (last.type, last.reason_code) == ("hermes.job.requeued", "lease_expired_on_recovery")
     w.client.http.base_url = hub.url  # type: ignore[assignment]
     assert code(w.heartbeat()) == "stale_lease"
 

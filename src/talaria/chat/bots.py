@@ -67,6 +67,17 @@ class Bot:
         )
 
 
+def owner_actor(account: Account) -> Actor:
+    """Who a chat change is by in the audit log: the owner, through the web (chat.md 8)."""
+    return Actor(account.principal, frozenset(), "web", account.tenant)
+
+
+def require_allowed(allowed: Allowed, account: Account, source: str, profile: str) -> None:
+    """403 ``bot_not_allowed`` unless ``account`` may use ``profile`` on ``source`` now."""
+    if not allowed(account, source, profile):
+        raise TalariaError("bot_not_allowed", "you may not use this profile on this source now")
+
+
 def name_key(name: str) -> str:
     return name.casefold()
 
@@ -128,11 +139,11 @@ class Bots:
 
     def create(self, account: Account, *, name: str, source: str, profile: str, instructions: str = "") -> Bot:
         name, instructions = check_name(name), check_instructions(instructions)
-        self._require_allowed(account, source, profile)
+        require_allowed(self.allowed, account, source, profile)
         now = self.clock.now_ms()
         bot_id = mint("bot", now)
         with self.store.write() as tx:
-            self._require_free(tx, account, name, bot_id)
+            self._require_free(tx, account, name, bot_id, counted_live=False)
             tx.run(
                 "bot_insert", id=bot_id, tenant=account.tenant, owner=account.username, name=name,
                 name_key=name_key(name), source=source, profile=profile, instructions=instructions, now=now,
@@ -156,7 +167,7 @@ class Bots:
         with self.store.read() as tx:
             before = self._get(tx, account, bot_id)
         if archived is False and before.archived:  # unarchiving: allowed still, outside the write transaction
-            self._require_allowed(account, before.source, before.profile)
+            require_allowed(self.allowed, account, before.source, before.profile)
         now = self.clock.now_ms()
         with self.store.write() as tx:
             bot = self._get(tx, account, bot_id)
@@ -167,7 +178,7 @@ class Bots:
             if not texts_changed and new_archived == bot.archived:
                 return bot
             if not new_archived and (bot.archived or name_key(new_name) != name_key(bot.name)):
-                self._require_free(tx, account, new_name, bot.id)
+                self._require_free(tx, account, new_name, bot.id, counted_live=not bot.archived)
             changed = tx.run(
                 "bot_update", id=bot.id, expected_revision=bot.revision, name=new_name,
                 name_key=name_key(new_name), instructions=new_instructions, archived=int(new_archived), now=now,
@@ -192,11 +203,9 @@ class Bots:
             raise TalariaError("not_found", "no such bot")
         return Bot.from_row(row)
 
-    def _require_allowed(self, account: Account, source: str, profile: str) -> None:
-        if not self.allowed(account, source, profile):
-            raise TalariaError("bot_not_allowed", "you may not use this profile on this source")
-
-    def _require_free(self, tx: Tx, account: Account, name: str, bot_id: str) -> None:
+    def _require_free(self, tx: Tx, account: Account, name: str, bot_id: str, *, counted_live: bool) -> None:
+        """The name free among the owner's live bots, and room for one more (``counted_live``: the bot is already
+        one of them, a rename)."""
         taken = tx.one(
             "bot_name_taken", tenant=account.tenant, owner=account.username, name_key=name_key(name), id=bot_id
         )
@@ -204,10 +213,7 @@ class Bots:
             raise TalariaError("duplicate_bot_name", "you already have a bot of this name")
         live = tx.one("bot_live_count", tenant=account.tenant, owner=account.username)
         count = int(live["n"]) if live else 0
-        # the bot itself may be among them (a rename of a live bot); a new or unarchived one is not yet
-        row = tx.one("bot_get", tenant=account.tenant, owner=account.username, id=bot_id)
-        counted = row is not None and not row["archived"]
-        if count - int(counted) >= MAX_LIVE_BOTS:
+        if count - int(counted_live) >= MAX_LIVE_BOTS:
             raise TalariaError("bot_limit", f"you have {MAX_LIVE_BOTS} bots; archive one first")
 
     def _audit(
@@ -219,7 +225,7 @@ class Bots:
             now_ms=self.clock.now_ms(),
             type=kind,
             tenant=account.tenant,
-            actor=Actor(account.principal, frozenset(), "web", account.tenant),
+            actor=owner_actor(account),
             subject=audit.Subject(bot=bot.id),
             from_state=from_state,
             to_state=to_state,

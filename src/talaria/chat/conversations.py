@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from typing import Final
 
 from talaria.accounts.service import Account
-from talaria.chat.bots import ARCHIVED, OPEN, Allowed
+from talaria.chat.bots import ARCHIVED, OPEN, Allowed, owner_actor, require_allowed
 from talaria.clock import Clock
 from talaria.errors import TalariaError
 from talaria.ids import mint
 from talaria.lifecycle import audit
-from talaria.lifecycle.actor import Actor
 from talaria.limits import MAX_CONVERSATION_TITLE_CHARS, MAX_LIVE_CONVERSATIONS
 from talaria.store.interface import Row, Store, Tx
 from talaria.text_rules import TextRefused, one_line
@@ -116,7 +115,7 @@ class Conversations:
             raise TalariaError("not_found", "no such bot")
         if bot["archived"]:
             raise TalariaError("bot_archived", "the bot is archived")
-        self._require_allowed(account, bot["source"], bot["profile"])
+        require_allowed(self.allowed, account, bot["source"], bot["profile"])
         now = self.clock.now_ms()
         conversation_id = mint("cnv", now)
         with self.store.write() as tx:
@@ -140,7 +139,7 @@ class Conversations:
         if archived is False and before.archived:
             if before.bot.archived:
                 raise TalariaError("bot_archived", "the bot is archived")
-            self._require_allowed(account, before.bot.source, before.bot.profile)
+            require_allowed(self.allowed, account, before.bot.source, before.bot.profile)
         with self.store.write() as tx:
             current = self._get(tx, account, conversation_id)
             new_title = current.title if chosen is None else chosen
@@ -167,10 +166,6 @@ class Conversations:
             raise TalariaError("not_found", "no such conversation")
         return Conversation.from_row(row)
 
-    def _require_allowed(self, account: Account, source: str, profile: str) -> None:
-        if not self.allowed(account, source, profile):
-            raise TalariaError("bot_not_allowed", "you may not use this bot's profile on its source now")
-
     def _require_room(self, tx: Tx, account: Account) -> None:
         live = tx.one("chat_conversation_live_count", tenant=account.tenant, owner=account.username)
         if live is not None and int(live["n"]) >= MAX_LIVE_CONVERSATIONS:
@@ -186,7 +181,7 @@ class Conversations:
             now_ms=self.clock.now_ms(),
             type=kind,
             tenant=account.tenant,
-            actor=Actor(account.principal, frozenset(), "web", account.tenant),
+            actor=owner_actor(account),
             subject=audit.Subject(conversation=conversation_id),
             from_state=from_state,
             to_state=to_state,

@@ -28,7 +28,7 @@ class BotAccess:
         return self.registry.for_source(tenant, source)
 
     def online(self, record: RunnerRecord | None) -> bool:
-        return record is not None and self.runners.state_of(record.id) is not None
+        return record is not None and self.runners.is_connected(record.id)
 
     def allowed(self, account: Account, source: str, profile: str) -> bool:
         if not account.enabled or profile not in account.allowed_profiles.get(source, []):

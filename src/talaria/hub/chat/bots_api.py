@@ -17,6 +17,7 @@ from talaria.hub.api.views import CursorQuery, LimitQuery, decode_cursor, encode
 from talaria.hub.api.websession import WebRoute
 from talaria.hub.openapi import refusals
 from talaria.hub.resources import Hub
+from talaria.hub.runners.registry import RunnerRecord
 from talaria.limits import MAX_BOT_INSTRUCTIONS_CHARS, MAX_BOT_NAME_CHARS
 from talaria.text_rules import MULTI_LINE_CONTROLS, ONE_LINE_PATTERN
 
@@ -54,8 +55,8 @@ class PatchBot(StrictBody):
 ArchivedQuery = Annotated[bool, Query(description="archived bots instead of the others")]
 
 
-def bot_json(hub: Hub, bot: Bot) -> dict[str, Any]:
-    record = hub.bot_access.runner_of(bot.tenant, bot.source)
+def bot_json(hub: Hub, bot: Bot, record: RunnerRecord | None) -> dict[str, Any]:
+    """``record``: the enabled runner of the bot's source, if any (``hub.bot_access.runner_of``)."""
     return {
         "id": bot.id,
         "name": bot.name,
@@ -72,6 +73,10 @@ def bot_json(hub: Hub, bot: Bot) -> dict[str, Any]:
     }
 
 
+def _shown(hub: Hub, bot: Bot) -> dict[str, Any]:
+    return bot_json(hub, bot, hub.bot_access.runner_of(bot.tenant, bot.source))
+
+
 @router.get("/api/bots", openapi_extra=refusals("invalid_request"))
 async def list_bots(
     user: UserDep, hub: HubDep, archived: ArchivedQuery = False, limit: LimitQuery = None, cursor: CursorQuery = None
@@ -82,7 +87,10 @@ async def list_bots(
     def read() -> list[dict[str, Any]]:
         found = hub.bots.list(user.account, archived=archived, after=(after[0], after[1]) if after else None,
                               limit=size + 1)  # fmt: skip
-        return [bot_json(hub, bot) for bot in found]
+        runners = {
+            source: hub.bot_access.runner_of(user.account.tenant, source) for source in {b.source for b in found}
+        }
+        return [bot_json(hub, bot, runners[bot.source]) for bot in found]
 
     bots = await run_in_threadpool(read)
     more, bots = len(bots) > size, bots[:size]
@@ -95,14 +103,14 @@ async def create_bot(body: CreateBot, user: UserDep, hub: HubDep) -> dict[str, A
         bot = hub.bots.create(
             user.account, name=body.name, source=body.source, profile=body.profile, instructions=body.instructions
         )
-        return bot_json(hub, bot)
+        return _shown(hub, bot)
 
     return {"bot": await run_in_threadpool(create)}
 
 
 @router.get("/api/bots/{bot_id}", openapi_extra=refusals("not_found"))
 async def get_bot(bot_id: str, user: UserDep, hub: HubDep) -> dict[str, Any]:
-    return {"bot": await run_in_threadpool(lambda: bot_json(hub, hub.bots.get(user.account, bot_id)))}
+    return {"bot": await run_in_threadpool(lambda: _shown(hub, hub.bots.get(user.account, bot_id)))}
 
 
 @router.patch(
@@ -118,7 +126,7 @@ async def update_bot(bot_id: str, body: PatchBot, user: UserDep, hub: HubDep) ->
         raise TalariaError("invalid_request", f"{nulls[0]} must not be null")
 
     def update() -> dict[str, Any]:
-        return bot_json(hub, hub.bots.update(user.account, bot_id, **changes))
+        return _shown(hub, hub.bots.update(user.account, bot_id, **changes))
 
     return {"bot": await run_in_threadpool(update)}
 

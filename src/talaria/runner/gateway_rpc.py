@@ -1,10 +1,10 @@
 """``gateway.rpc``: the allow-list and the per-method rules of runner-protocol.md 10.2 and 10.3.
 
-Order of the checks: the method is on the allow-list and, on a cleanup-only channel, one of the four stop methods
-(``runner_command_forbidden``); then the method's own rule (profile, ownership, pending clarification, busy
-session); only then is Hermes called. Outcomes of the Hermes call: a JSON-RPC error is ``gateway_rejected`` with
-Hermes' message; no answer within 30 s, or the connection lost after the request left, is
-``runner_command_uncertain``; a connection already closed is ``runner_connection_closed``.
+Order of the checks: the method is on the allow-list and, on a cleanup-only channel, one of the four stop methods,
+and a ``file.attach`` holds no ``path`` (all three ``runner_command_forbidden``); then the method's own rule
+(profile, ownership, pending clarification, busy session); only then is Hermes called. Outcomes of the Hermes call:
+a JSON-RPC error is ``gateway_rejected`` with Hermes' message; no answer within 30 s, or the connection lost after
+the request left, is ``runner_command_uncertain``; a connection already closed is ``runner_connection_closed``.
 """
 
 from __future__ import annotations
@@ -106,6 +106,12 @@ class RpcRules:
             raise forbidden(f"{method} is not on the runner's gateway allow-list")
         if channel.cleanup_only and method not in CLEANUP_ONLY:
             raise forbidden("a cleanup-only connection accepts only resume, interrupt, close and active_list")
+        if method == "file.attach" and "path" in params:
+            # chat.md 3.4, amending 10.2: the hub never sends node paths, attachments travel as ``data_url``. Hermes
+            # copies whatever file it can read on the node into the session's workspace, so a ``path`` (any value,
+            # even null or empty) would let a compromised hub read any file of the node through Hermes. Refused
+            # here, whatever the hub sent, before the ownership check and before any Hermes call.
+            raise forbidden("file.attach takes data_url; a path on the node is refused")
         if channel.closed or channel.ws is None:
             raise connection_closed()
         if method in OPENS_SESSION:

@@ -101,6 +101,19 @@ STATUS_BY_CODE: Mapping[str, int] = {
     "bot_limit": 409,
     "bot_archived": 409,
     "conversation_limit": 409,
+    "conversation_archived": 409,
+    "turn_in_progress": 409,
+    "turn_finished": 409,
+    "turn_queue_full": 409,
+    "attachment_limit": 409,
+    "attachment_used": 409,
+    "approval_expired": 409,
+    "approval_out_of_order": 409,
+    "attachment_too_large": 413,
+    "attachment_kind_unsupported": 415,
+    "chat_turn_limit": 429,
+    "chat_busy": 429,
+    "chat_stream_limit": 429,
 }
 
 # Runner-reported codes without a status of their own are relayed as 502 (runner-protocol.md 14).

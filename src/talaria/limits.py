@@ -49,6 +49,22 @@ MAX_BOT_INSTRUCTIONS_CHARS: Final = 24_000  # -> 400 invalid_request
 MAX_LIVE_BOTS: Final = 100  # non-archived bots per account -> 409 bot_limit
 MAX_CONVERSATION_TITLE_CHARS: Final = 200  # -> 400 invalid_request
 MAX_LIVE_CONVERSATIONS: Final = 500  # non-archived conversations per account -> 409 conversation_limit
+MAX_CHAT_TEXT_CHARS: Final = 32_000  # a message's text, an automatic turn's prompt -> 400 invalid_request
+MAX_ATTACHMENTS_PER_MESSAGE: Final = 4  # -> 400 invalid_request
+MAX_CLARIFY_ANSWER_CHARS: Final = 4_000  # -> 400 invalid_request
+MAX_QUEUED_TURNS: Final = 4  # automatic turns queued per conversation -> 409 turn_queue_full
+MAX_ASSISTANT_MESSAGE_CHARS: Final = 1_000_000  # longer replies are cut, suffixed CUT_SUFFIX
+MAX_TOOL_TEXT_CHARS: Final = 2_000  # a tool message's context and summary are cut
+AUTO_TITLE_CHARS: Final = 80  # a title taken from the first message: its first 80 characters and "…"
+CHAT_RETRY_AFTER_S: Final = 5  # Retry-After of 429 chat_turn_limit and chat_busy
+CHAT_IDEMPOTENCY_S: Final = 24 * 3600  # an Idempotency-Key of POST …/turns is kept 24 h
+# The live stream (chat.md 4, 7)
+MAX_CHAT_STREAMS_PER_ACCOUNT: Final = 8  # open event streams per account -> 429 chat_stream_limit
+CHAT_EVENTS_RETAINED: Final = 2000  # latest events kept per conversation; older resume points -> stream.reset
+CHAT_EVENT_BUFFER_IDLE_S: Final = 15 * 60  # a conversation's buffer is dropped this long after its last event
+CHAT_EVENT_ID_BLOCK: Final = 1000  # ids a hub process reserves at a time in chat_conversation.event_seq_reserved
+CHAT_STREAM_MAX_BEHIND: Final = 1000  # live events a stream may leave unread before it is ended
+CHAT_STREAM_RETRY_MS: Final = 3000  # the stream's ``retry:`` line
 
 LOGIN_MAX_FAILURES: Final = 5
 LOGIN_WINDOW_S: Final = 300

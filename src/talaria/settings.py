@@ -51,6 +51,14 @@ class Settings:
     dispatcher_per_runner: int = 2
     dispatcher_per_hub: int = 16
     turns_max_turn_s: int = 0  # 0: the profile's max_lease_life_s
+    # chat.md 7: live chat turns per account and per hub, running ones per runner, and its waits
+    chat_per_account: int = 8
+    chat_per_hub: int = 256
+    chat_per_runner: int = 32
+    chat_pending_wait_s: int = 300
+    chat_recovery_wait_s: int = 600
+    chat_turn_max_s: int = 1800
+    chat_channel_idle_s: int = 30
     profiles: Mapping[str, ProfileOverride] = field(default_factory=dict)
 
     @property
@@ -114,6 +122,13 @@ KEYS: dict[str, tuple[str, type]] = {
     "dispatcher.per_runner": ("dispatcher_per_runner", int),
     "dispatcher.per_hub": ("dispatcher_per_hub", int),
     "turns.max_turn_s": ("turns_max_turn_s", int),
+    "chat.per_account": ("chat_per_account", int),
+    "chat.per_hub": ("chat_per_hub", int),
+    "chat.per_runner": ("chat_per_runner", int),
+    "chat.pending_wait_s": ("chat_pending_wait_s", int),
+    "chat.recovery_wait_s": ("chat_recovery_wait_s", int),
+    "chat.turn_max_s": ("chat_turn_max_s", int),
+    "chat.channel_idle_s": ("chat_channel_idle_s", int),
 }
 
 _TRUE = {"true", "on", "1"}
@@ -234,6 +249,13 @@ def validate(s: Settings) -> None:
         "storage.sqlite_wal_limit_bytes": s.storage_sqlite_wal_limit_bytes,
         "dispatcher.per_runner": s.dispatcher_per_runner,
         "dispatcher.per_hub": s.dispatcher_per_hub,
+        "chat.per_account": s.chat_per_account,
+        "chat.per_hub": s.chat_per_hub,
+        "chat.per_runner": s.chat_per_runner,
+        "chat.pending_wait_s": s.chat_pending_wait_s,
+        "chat.recovery_wait_s": s.chat_recovery_wait_s,
+        "chat.turn_max_s": s.chat_turn_max_s,
+        "chat.channel_idle_s": s.chat_channel_idle_s,
     }
     for key, value in positive.items():
         if value < 1:

@@ -312,6 +312,8 @@ SPEC_STATUS = {
     "not_author": 403,
     "account_exists": 409,
     "weak_password": 400,
+    # chat.md 3.6
+    "chat_stream_limit": 429,
 }
 
 

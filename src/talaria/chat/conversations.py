@@ -51,6 +51,9 @@ class Conversation:
     created_at: int
     updated_at: int
     last_activity_at: int
+    message_count: int
+    live_turn_id: str | None
+    session_reusable: bool
 
     @classmethod
     def from_row(cls, row: Row) -> Conversation:
@@ -68,6 +71,9 @@ class Conversation:
             created_at=int(row["created_at"]),
             updated_at=int(row["updated_at"]),
             last_activity_at=int(row["last_activity_at"]),
+            message_count=int(row["message_count"]),
+            live_turn_id=row["live_turn_id"],
+            session_reusable=bool(row["session_reusable"]),
         )
 
 
@@ -89,7 +95,7 @@ class Conversations:
 
     def get(self, account: Account, conversation_id: str) -> Conversation:
         with self.store.read() as tx:
-            return self._get(tx, account, conversation_id)
+            return self.visible(tx, account, conversation_id)
 
     def owner_of(self, tenant: str, conversation_id: str) -> str | None:
         with self.store.read() as tx:
@@ -128,20 +134,20 @@ class Conversations:
                 bot_id=bot_id, title=chosen or DEFAULT_TITLE, title_set=int(chosen is not None), now=now,
             )  # fmt: skip
             self._audit(tx, account, conversation_id, "chat.conversation.created", None, OPEN)
-            return self._get(tx, account, conversation_id)
+            return self.visible(tx, account, conversation_id)
 
     def update(
         self, account: Account, conversation_id: str, *, title: str | None = None, archived: bool | None = None
     ) -> Conversation:
         chosen = check_title(title) if title is not None else None
         with self.store.read() as tx:
-            before = self._get(tx, account, conversation_id)
+            before = self.visible(tx, account, conversation_id)
         if archived is False and before.archived:
             if before.bot.archived:
                 raise TalariaError("bot_archived", "the bot is archived")
             require_allowed(self.allowed, account, before.bot.source, before.bot.profile)
         with self.store.write() as tx:
-            current = self._get(tx, account, conversation_id)
+            current = self.visible(tx, account, conversation_id)
             new_title = current.title if chosen is None else chosen
             new_archived = current.archived if archived is None else archived
             title_set = current.title_set or chosen is not None
@@ -158,9 +164,10 @@ class Conversations:
                 kind = "chat.conversation.archived" if new_archived else "chat.conversation.unarchived"
                 moved = (OPEN, ARCHIVED) if new_archived else (ARCHIVED, OPEN)
                 self._audit(tx, account, current.id, kind, *moved)
-            return self._get(tx, account, current.id)
+            return self.visible(tx, account, current.id)
 
-    def _get(self, tx: Tx, account: Account, conversation_id: str) -> Conversation:
+    def visible(self, tx: Tx, account: Account, conversation_id: str) -> Conversation:
+        """The account's conversation ``conversation_id``; anyone else's, or none, is 404 ``not_found``."""
         row = tx.one("chat_conversation_get", tenant=account.tenant, owner=account.username, id=conversation_id)
         if row is None:
             raise TalariaError("not_found", "no such conversation")

@@ -8,7 +8,7 @@ FastAPI generates the paths, parameters and pydantic bodies; ``document`` then c
   (``implied``) plus the codes its handler raises, declared on the route with ``refusals(...)``. A status always
   comes from the code (``talaria.errors.STATUS_BY_CODE``), so the two cannot drift.
 - **Bodies parsed by hand** (runner registration, the test turn) are declared with ``refusals(body=...)``.
-- **Query parameters** cannot be null: ``anyOf [X, null]`` becomes ``X``.
+- **Query and header parameters** cannot be null: ``anyOf [X, null]`` becomes ``X``.
 - **Security**: the session cookie and, on writes, the CSRF token header.
 
 Covered: the JSON API for people (``/api/...``) and the operations routes. Not covered: the runner machine API
@@ -142,7 +142,8 @@ def _error_responses(codes: list[str]) -> dict[str, Any]:
 
 
 def _not_null(schema: dict[str, Any]) -> dict[str, Any]:
-    """``anyOf [X, {type: null}]`` as ``X`` (with the outer keywords): a query parameter is absent, never null."""
+    """``anyOf [X, {type: null}]`` as ``X`` (with the outer keywords): a query or header parameter is absent, never
+    null."""
     options = schema.get("anyOf")
     if not isinstance(options, list):
         return schema
@@ -161,7 +162,7 @@ def _correct(route: APIRoute, operation: dict[str, Any]) -> None:
     has_body = "requestBody" in operation
     responses.update(_error_responses([*implied(route, has_body), *declared]))
     for parameter in operation.get("parameters", []):
-        if parameter.get("in") == "query":
+        if parameter.get("in") in ("query", "header"):
             parameter["schema"] = _not_null(parameter["schema"])
     calls = list(_calls(route.dependant))
     if any(isinstance(call, WebUserDependency) for call in calls):

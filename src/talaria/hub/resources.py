@@ -10,9 +10,12 @@ from talaria.accounts.service import Accounts
 from talaria.accounts.throttle import LoginThrottle
 from talaria.chat.bots import Bots
 from talaria.chat.conversations import Conversations
+from talaria.chat.turns import ChatTurns
 from talaria.clock import Clock
 from talaria.hub.api.websession import WebSessions, load_secret_key
 from talaria.hub.chat.bot_access import BotAccess
+from talaria.hub.chat.events import ChatEvents
+from talaria.hub.chat.streams import ChatStreams
 from talaria.hub.client_address import ClientAddresses
 from talaria.hub.dispatch.dispatcher import Dispatcher
 from talaria.hub.metrics import HubMetrics
@@ -23,6 +26,7 @@ from talaria.hub.runners.registry import RunnerRegistry
 from talaria.hub.runners.validity import Validity
 from talaria.hub.runtime.security_events import SecurityEvents
 from talaria.hub.timings import HubTimings
+from talaria.hub.turns.chat_engine import ChatEngine
 from talaria.hub.turns.driver import TurnDriver
 from talaria.lifecycle.audit_key import AuditKey
 from talaria.lifecycle.engine import Engine
@@ -57,11 +61,16 @@ class Hub:
     bot_access: BotAccess
     bots: Bots
     conversations: Conversations
+    chat_events: ChatEvents
+    chat_turns: ChatTurns
+    chat_engine: ChatEngine
+    chat_streams: ChatStreams
 
     def tick(self) -> None:
         """One reaper sweep."""
         self.engine.expire_due()
         self.sessions.prune()
+        self.chat_events.prune()
 
 
 def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None) -> Hub:
@@ -91,12 +100,21 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
     )  # fmt: skip
     engine.add_listener(dispatcher.on_signal)
     bot_access = BotAccess(registry, runners)
+    audit_key = AuditKey.load(settings.data_dir)
+    accounts = Accounts(store, clock)
+    conversations = Conversations(store, clock, bot_access.allowed)
+    chat_events = ChatEvents(store, clock)
+    chat_engine = ChatEngine(
+        store=store, clock=clock, settings=settings, key=audit_key, accounts=accounts, allowed=bot_access.allowed,
+        registry=registry, runners=runners, driver=TurnDriver(channels, registry, clock), events=chat_events,
+        timings=timings,
+    )  # fmt: skip
     hub = Hub(
         settings=settings,
         clock=clock,
         store=store,
         engine=engine,
-        accounts=Accounts(store, clock),
+        accounts=accounts,
         sessions=WebSessions(store, clock, load_secret_key(settings.data_dir), public_origin=settings.public_origin),
         throttle=LoginThrottle(clock),
         security_events=SecurityEvents(store, clock, settings.security_event_rate_per_minute),
@@ -110,8 +128,12 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
         dispatcher=dispatcher,
         clients=ClientAddresses(settings.hub_trusted_proxies),
         bot_access=bot_access,
-        bots=Bots(store, clock, AuditKey.load(settings.data_dir), bot_access.allowed),
-        conversations=Conversations(store, clock, bot_access.allowed),
+        bots=Bots(store, clock, audit_key, bot_access.allowed),
+        conversations=conversations,
+        chat_events=chat_events,
+        chat_turns=ChatTurns(store, clock, audit_key, bot_access.allowed, conversations, settings),
+        chat_engine=chat_engine,
+        chat_streams=ChatStreams(keepalive_s=timings.chat_keepalive_s),
     )
     hub.reaper = Reaper(hub.tick, settings.lifecycle_reaper_interval_s)
     return hub

@@ -21,12 +21,14 @@ from talaria.settings import Settings
 
 class HubUvicorn(uvicorn.Server):
     """uvicorn waits for open requests before the lifespan ends; held runner polls must first be told
-    ``hub_shutting_down`` (runner-protocol.md 6.2), or shutdown would wait out their 15 s holds."""
+    ``hub_shutting_down`` (runner-protocol.md 6.2), or shutdown would wait out their 15 s holds, and open chat
+    event streams ended (chat.md 4.1), which would otherwise never end."""
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         hub = getattr(getattr(self.config.app, "state", None), "hub", None)
         if hub is not None:
             hub.runners.begin_shutdown()
+            hub.chat_events.close_all()
         await super().shutdown(sockets)
 
 

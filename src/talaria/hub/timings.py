@@ -30,3 +30,5 @@ class HubTimings:
     # (the pause doubles; ADR 0030)
     hermes_retry_s: float = 5.0
     hermes_retry_max_s: float = 60.0
+    # a chat event stream's silence before its ``: keepalive`` comment and session check (chat.md 4.1)
+    chat_keepalive_s: float = 15.0

@@ -9,11 +9,13 @@ from pydantic import Field, WithJsonSchema
 from starlette.concurrency import run_in_threadpool
 
 from talaria.accounts.rules import PROFILE, ROLES, SOURCE, USERNAME
+from talaria.accounts.service import Account
 from talaria.errors import TalariaError
 from talaria.hub.api.deps import AdminDep, HubDep, StrictBody
 from talaria.hub.api.views import CursorQuery, LimitQuery, decode_cursor, encode_cursor, page_limit
 from talaria.hub.api.websession import WebRoute
 from talaria.hub.openapi import refusals
+from talaria.lifecycle.actor import Actor
 from talaria.limits import MAX_PASSWORD_CHARS, MAX_USERNAME_CHARS, MIN_PASSWORD_CHARS
 
 router = APIRouter(prefix="/api/admin/accounts", tags=["accounts"], route_class=WebRoute)
@@ -95,5 +97,13 @@ async def update_account(username: str, body: PatchAccount, admin: AdminDep, hub
     nulls = sorted(k for k, v in changes.items() if v is None)
     if nulls:
         raise TalariaError("invalid_request", f"{nulls[0]} must not be null")
-    account = await run_in_threadpool(hub.accounts.update, username, admin.account.tenant, changes)
+
+    def update() -> Account:
+        updated = hub.accounts.update(username, admin.account.tenant, changes)
+        # chat turns accepted under an older auth_version end now (chat.md 5.7), by this admin
+        actor = Actor(admin.account.principal, frozenset(), "web", admin.account.tenant)
+        hub.chat_engine.revoke(updated.tenant, updated.username, actor)
+        return updated
+
+    account = await run_in_threadpool(update)
     return {"account": account.as_json()}

@@ -106,6 +106,18 @@ class WebSessions:
                 tx.run("session_touch", id_hash=id_hash, now=now)
         return WebUser(Account.from_row(account_row), row["csrf_token"], id_hash)
 
+    def still_valid(self, user: WebUser) -> bool:
+        """Whether ``user``'s session still holds, for a request held open (a chat event stream): not ended,
+        not expired, its account enabled and its ``auth_version`` unchanged since ``user`` was looked up. Reads
+        only: holding a stream open is not activity, so it neither touches nor ends the session."""
+        now = self.clock.now_ms()
+        with self.store.read() as tx:
+            row = tx.one("session_get", id_hash=user.session_hash)
+        if row is None or not row["enabled"] or int(row["auth_version"]) != user.account.auth_version:
+            return False
+        idle, age = now - int(row["last_seen_at"]), now - int(row["created_at"])
+        return idle < SESSION_IDLE_S * 1000 and age < SESSION_MAX_S * 1000
+
     def end(self, cookie: str | None) -> None:
         id_hash = self._session_hash(cookie)
         if id_hash is not None:

@@ -1,1 +1,1 @@
-"""The chat door (chat.md 3): bots now; conversations, turns and the live stream to follow."""
+"""The chat door (chat.md 3-4): bots, conversations and the live stream now; turns to follow."""

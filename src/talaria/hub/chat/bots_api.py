@@ -10,7 +10,7 @@ from pydantic import Field, WithJsonSchema
 from starlette.concurrency import run_in_threadpool
 
 from talaria.accounts.rules import PROFILE, SOURCE
-from talaria.chat.bots import Bot
+from talaria.chat.bots import Bot, owner_actor
 from talaria.errors import TalariaError
 from talaria.hub.api.deps import HubDep, StrictBody, UserDep
 from talaria.hub.api.views import CursorQuery, LimitQuery, decode_cursor, encode_cursor, page_limit
@@ -126,7 +126,10 @@ async def update_bot(bot_id: str, body: PatchBot, user: UserDep, hub: HubDep) ->
         raise TalariaError("invalid_request", f"{nulls[0]} must not be null")
 
     def update() -> dict[str, Any]:
-        return _shown(hub, hub.bots.update(user.account, bot_id, **changes))
+        updated = hub.bots.update(user.account, bot_id, **changes)
+        if updated.archived:  # its conversations' unended turns end (chat.md 5.7); none are left on a repeat
+            hub.chat_engine.archive(owner_actor(user.account), bot_id=updated.id)
+        return _shown(hub, updated)
 
     return {"bot": await run_in_threadpool(update)}
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 from pydantic import WithJsonSchema
 from starlette.concurrency import run_in_threadpool
 
+from talaria.chat.bots import owner_actor
 from talaria.chat.conversations import Conversation
 from talaria.errors import TalariaError
 from talaria.hub.api.deps import HubDep, StrictBody, UserDep
@@ -53,8 +54,8 @@ def conversation_json(conversation: Conversation) -> dict[str, Any]:
         "lastActivityAt": conversation.last_activity_at,
         "runnerId": conversation.runner_id,
         "hermesSessionId": conversation.hermes_session_id,
-        "messageCount": 0,  # messages arrive with turns (issue 13, next steps)
-        "liveTurnId": None,
+        "messageCount": conversation.message_count,
+        "liveTurnId": conversation.live_turn_id,
     }
 
 
@@ -105,5 +106,17 @@ async def update_conversation(
     nulls = sorted(k for k, v in changes.items() if v is None)
     if nulls:
         raise TalariaError("invalid_request", f"{nulls[0]} must not be null")
-    updated = await run_in_threadpool(lambda: hub.conversations.update(user.account, conversation_id, **changes))
-    return {"conversation": conversation_json(updated)}
+
+    def update() -> Conversation:
+        before = hub.conversations.get(user.account, conversation_id)
+        with hub.chat_events.locked(conversation_id):
+            updated = hub.conversations.update(user.account, conversation_id, **changes)
+            if updated != before:
+                hub.chat_events.emit(
+                    conversation_id, "conversation.updated", {"conversation": conversation_json(updated)}
+                )
+        if updated.archived:  # its unended turns end (chat.md 5.7); none are left on a repeat
+            hub.chat_engine.archive(owner_actor(user.account), conversation_id=conversation_id)
+        return updated
+
+    return {"conversation": conversation_json(await run_in_threadpool(update))}

@@ -31,6 +31,9 @@ log = structlog.get_logger("talaria.turns")
 
 TURN_TIMEOUT = "turn_timeout"  # the turn reached its deadline; it was interrupted (retryable false)
 ACCESS_REVOKED = "access_revoked"  # the turn's account lost its access; it was interrupted
+STOPPED = "stopped"  # a stopped turn whose interrupt Hermes did not confirm within STOP_GRACE_S
+STOP_GRACE_S = 4.0  # chat.md 5.6: without Hermes' message.complete 4 s after the interrupt, the hub ends the turn
+RESUME_REFUSALS = frozenset({"gateway_rejected", "runner_payload_limit"})  # chat.md 5.3 step 5
 GRANT_RENEW_S = 300.0  # runner-protocol.md 12.1: re-check the turn and the account, renew with grant.bind
 # How often a waiting turn re-reads the clock (an injected clock may move without an event arriving).
 DEADLINE_CHECK_S = 0.5
@@ -44,6 +47,8 @@ class TurnResult:
     stored_id: str | None
     marker: str
     events: list[dict[str, Any]] = field(default_factory=list)
+    resumed: bool = False  # the turn ran in a resumed stored session
+    resume_refused: str | None = None  # the code refusing the asked resume (a new session was created instead)
 
     def deltas(self) -> list[str]:
         return [str(e.get("payload", {}).get("text", "")) for e in self.events if e.get("type") == "message.delta"]
@@ -110,28 +115,35 @@ class TurnDriver:
         on_event: Callable[[dict[str, Any]], None] | None = None,
         deadline_ms: int,
         hooks: TurnHooks | None = None,
+        resume_id: str | None = None,
+        marker: str | None = None,
+        on_frame: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+        stop: asyncio.Event | None = None,
+        prompt_for: Callable[[TurnResult], Awaitable[str]] | None = None,
     ) -> TurnResult:
         """Run one turn; ``deadline_ms`` (on the injected clock) bounds the submitted turn: reaching it
         interrupts the turn and raises ``turn_timeout``. Raises ``runner_command_uncertain`` when the channel is
         lost after the prompt was submitted, and ``access_revoked`` (the turn interrupted, its grant closed) when
-        a tool call or the grant's renewal finds the account without access."""
+        a tool call or the grant's renewal finds the account without access.
+
+        Chat's turns also give ``resume_id`` (``session.resume`` of that stored session first; refused with
+        ``gateway_rejected`` or ``runner_payload_limit``, a new session is created and ``resume_refused`` says
+        why), their own ``marker``, ``on_frame`` (awaited for each of the session's frames, in order),
+        ``stop`` (once set: ``session.interrupt``, then Hermes' ``message.complete`` is awaited for
+        ``STOP_GRACE_S`` before ``stopped`` is raised) and ``prompt_for`` (the prompt, made once the session is
+        known: whether it was resumed decides what it holds)."""
         record = self.registry.get(runner_id)
         if record is None:
             raise TalariaError("not_found", "no such execution node")
-        marker = run_marker(run_id or str(uuid.uuid4()), work_id)
+        marker = marker or run_marker(run_id or str(uuid.uuid4()), work_id)
         gateway = await self.channels.open_gateway(runner_id, account)
         grant: Grant | None = None
         renewal: asyncio.Task[None] | None = None
         active = True
         submitted = finished = False
         try:
-            params: dict[str, Any] = {"close_on_disconnect": False}
-            if profile != "default":
-                params["profile"] = profile
-            created = await self.channels.rpc(gateway, "session.create", params)
-            runtime_id = str(created["session_id"])
-            stored_id = created.get("stored_session_id")
-            result = TurnResult("", "", runtime_id, stored_id, marker)
+            result = await self._open_session(gateway, profile, marker, resume_id)
+            runtime_id = result.runtime_id
             if tools:
                 await self.capabilities(runner_id, account, profile)
                 identity = team_tools.GrantIdentity(account.username, account.tenant, record.source, profile, work_id)
@@ -140,7 +152,7 @@ class TurnDriver:
                     assert grant is not None
                     return await team_tools.call(replace(identity, grant_id=grant.id), tool_id, arguments)
 
-                session = {"runtimeId": runtime_id, "storedId": str(stored_id or "")}
+                session = {"runtimeId": runtime_id, "storedId": str(result.stored_id or "")}
                 grant = await self.channels.create_grant(
                     runner_id, account, profile=profile, work_id=work_id, session=session,
                     catalog=team_tools.catalog(), executor=execute, turn_active=lambda: active,
@@ -149,12 +161,16 @@ class TurnDriver:
                 renewal = asyncio.get_running_loop().create_task(self._renew(grant, result, profile))
             if hooks is not None and hooks.before_submit is not None:
                 await hooks.before_submit(result)
+            if prompt_for is not None:
+                prompt = await prompt_for(result)
             text = f"{prompt}\n{marker}"  # the run marker on its own line at the end (runner-protocol.md 13)
             await self.channels.rpc(gateway, "prompt.submit", {"session_id": runtime_id, "text": text})
             submitted = True
             if hooks is not None and hooks.after_submit is not None:
                 await hooks.after_submit(result)
-            await self._collect(gateway, result, on_event, deadline_ms=deadline_ms, grant=grant)
+            await self._collect(
+                gateway, result, on_event, deadline_ms=deadline_ms, grant=grant, on_frame=on_frame, stop=stop
+            )
             finished = True
             return result
         finally:
@@ -168,6 +184,28 @@ class TurnDriver:
                 await self._quietly(self.channels.close_grant(grant))
             await self._quietly(self.channels.close_gateway(gateway))
 
+    async def _open_session(self, gateway: Gateway, profile: str, marker: str, resume_id: str | None) -> TurnResult:
+        refused: str | None = None
+        if resume_id is not None:
+            params: dict[str, Any] = {"session_id": resume_id}
+            if profile != "default":
+                params["profile"] = profile
+            try:
+                resumed = await self.channels.rpc(gateway, "session.resume", params)
+            except TalariaError as exc:
+                if exc.code not in RESUME_REFUSALS:
+                    raise
+                refused = exc.code
+            else:
+                stored = resumed.get("resumed") or resume_id
+                return TurnResult("", "", str(resumed["session_id"]), str(stored), marker, resumed=True)
+        params = {"close_on_disconnect": False}
+        if profile != "default":
+            params["profile"] = profile
+        created = await self.channels.rpc(gateway, "session.create", params)
+        stored_id = created.get("stored_session_id")
+        return TurnResult("", "", str(created["session_id"]), stored_id, marker, resume_refused=refused)
+
     async def _collect(
         self,
         gateway: Gateway,
@@ -176,8 +214,19 @@ class TurnDriver:
         *,
         deadline_ms: int,
         grant: Grant | None = None,
+        on_frame: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+        stop: asyncio.Event | None = None,
     ) -> None:
+        stop_by: int | None = None
         while True:
+            if stop is not None and stop.is_set():
+                if stop_by is None:
+                    stop_by = self.clock.now_ms() + int(STOP_GRACE_S * 1000)
+                    await self._quietly(
+                        self.channels.rpc(gateway, "session.interrupt", {"session_id": result.runtime_id})
+                    )
+                elif self.clock.now_ms() >= stop_by:
+                    raise TalariaError(STOPPED, "the turn was stopped; Hermes did not confirm in time")
             if grant is not None and grant.revoked.is_set():
                 raise TalariaError(ACCESS_REVOKED, "the account behind this turn lost its access; the turn was stopped")
             try:
@@ -195,6 +244,8 @@ class TurnDriver:
             result.events.append(frame)
             if on_event is not None:
                 on_event(frame)
+            if on_frame is not None:
+                await on_frame(frame)
             raw = frame.get("payload")
             payload: dict[str, Any] = raw if isinstance(raw, dict) else {}
             kind = frame.get("type")

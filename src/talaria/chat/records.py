@@ -1,0 +1,182 @@
+"""Chat's stored records (chat.md 2 and 3.1): a turn and a message, as read from their rows, and their JSON forms.
+
+The JSON forms live here, not at the door, because a turn's acceptance stores its 202 answer with its
+Idempotency-Key inside the accepting transaction, and a replay must send exactly those bytes (chat.md 3.3).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Final
+
+from talaria.store.interface import Row
+
+LIVE: Final = frozenset({"pending", "running", "recovering"})
+UNENDED: Final = LIVE | {"queued"}
+TERMINAL: Final = frozenset({"completed", "failed", "interrupted", "uncertain"})
+
+
+@dataclass(frozen=True)
+class ChatTurn:
+    id: str
+    conversation_id: str
+    tenant: str
+    owner: str
+    state: str
+    code: str | None
+    error: str | None
+    waiting_reason: str | None
+    trigger: str
+    trigger_message_id: str
+    reply_message_id: str | None
+    runner_id: str | None
+    hermes_session_id: str | None
+    carry: str
+    team_tools: bool
+    stop_requested: bool
+    auth_version: int
+    prompt: str | None
+    marker: str | None
+    submit_state: str
+    usage: dict[str, Any] | None
+    revision: int
+    created_at: int
+    updated_at: int
+    submitted_at: int | None
+    finished_at: int | None
+
+    @property
+    def ended(self) -> bool:
+        return self.state in TERMINAL
+
+    @classmethod
+    def from_row(cls, row: Row) -> ChatTurn:
+        return cls(
+            id=row["id"],
+            conversation_id=row["conversation_id"],
+            tenant=row["tenant"],
+            owner=row["owner"],
+            state=row["state"],
+            code=row["code"],
+            error=row["error"],
+            waiting_reason=row["waiting_reason"],
+            trigger=row["trigger"],
+            trigger_message_id=row["trigger_message_id"],
+            reply_message_id=row["reply_message_id"],
+            runner_id=row["runner_id"],
+            hermes_session_id=row["hermes_session_id"],
+            carry=row["carry"],
+            team_tools=bool(row["team_tools"]),
+            stop_requested=bool(row["stop_requested"]),
+            auth_version=int(row["auth_version"]),
+            prompt=row["prompt"],
+            marker=row["marker"],
+            submit_state=row["submit_state"],
+            usage=json.loads(row["usage"]) if row["usage"] else None,
+            revision=int(row["revision"]),
+            created_at=int(row["created_at"]),
+            updated_at=int(row["updated_at"]),
+            submitted_at=row["submitted_at"],
+            finished_at=row["finished_at"],
+        )
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    tool_id: str
+    name: str
+    context: str | None
+    summary: str | None
+    duration_ms: int | None
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    id: str
+    conversation_id: str
+    turn_id: str | None
+    ordinal: int
+    role: str
+    author: str
+    content: str
+    reference: dict[str, Any] | None
+    status: str | None
+    final: bool
+    recovered: bool
+    tool: ToolInfo | None
+    usage: dict[str, Any] | None
+    created_at: int
+
+    @classmethod
+    def from_row(cls, row: Row) -> ChatMessage:
+        tool = None
+        if row["tool_id"] is not None:
+            tool = ToolInfo(row["tool_id"], row["tool_name"], row["tool_context"], row["tool_summary"],
+                            row["duration_ms"])  # fmt: skip
+        return cls(
+            id=row["id"],
+            conversation_id=row["conversation_id"],
+            turn_id=row["turn_id"],
+            ordinal=int(row["ordinal"]),
+            role=row["role"],
+            author=row["author"],
+            content=row["content"],
+            reference=json.loads(row["reference"]) if row["reference"] else None,
+            status=row["status"],
+            final=bool(row["final"]),
+            recovered=bool(row["recovered"]),
+            tool=tool,
+            usage=json.loads(row["usage"]) if row["usage"] else None,
+            created_at=int(row["created_at"]),
+        )
+
+
+def turn_json(turn: ChatTurn) -> dict[str, Any]:
+    return {
+        "id": turn.id,
+        "conversationId": turn.conversation_id,
+        "state": turn.state,
+        "code": turn.code,
+        "error": turn.error,
+        "waitingReason": turn.waiting_reason,
+        "trigger": turn.trigger,
+        "triggerMessageId": turn.trigger_message_id,
+        "replyMessageId": turn.reply_message_id,
+        "runnerId": turn.runner_id,
+        "hermesSessionId": turn.hermes_session_id,
+        "carry": turn.carry,
+        "teamTools": turn.team_tools,
+        "stopRequested": turn.stop_requested,
+        "createdAt": turn.created_at,
+        "submittedAt": turn.submitted_at,
+        "finishedAt": turn.finished_at,
+        "usage": turn.usage,
+    }
+
+
+def tool_json(tool: ToolInfo | None) -> dict[str, Any] | None:
+    if tool is None:
+        return None
+    return {"toolId": tool.tool_id, "name": tool.name, "context": tool.context, "summary": tool.summary,
+            "durationMs": tool.duration_ms}  # fmt: skip
+
+
+def message_json(message: ChatMessage) -> dict[str, Any]:
+    return {
+        "id": message.id,
+        "conversationId": message.conversation_id,
+        "turnId": message.turn_id,
+        "ordinal": message.ordinal,
+        "role": message.role,
+        "author": message.author,
+        "content": message.content,
+        "reference": message.reference,
+        "status": message.status,
+        "final": message.final,
+        "recovered": message.recovered,
+        "createdAt": message.created_at,
+        "attachments": [],
+        "tool": tool_json(message.tool),
+        "usage": message.usage,
+    }

@@ -1,0 +1,178 @@
+"""One live chat turn's Hermes frames made into stored messages and stream events (chat.md 4.3, 5.5).
+
+A *draft* is the streamed, unstored assistant text of the live turn, under its own message id; ``message.delta``
+appends to it (and is streamed at once, without a write). ``tool.start`` stores a non-empty draft (assistant,
+``final: false``, ``complete``) and then the tool message (``running``); ``tool.complete`` marks it ``done`` with
+its summary and duration. Hermes' ``error`` stores a system message. Reasoning, thinking and the session's system
+prompt are never stored, streamed or logged.
+
+Every stored change is committed and then emitted under the conversation's event lock, so that a snapshot (the
+messages read plus the draft and ``lastEventId``) is exactly the events up to its id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from talaria.chat.records import ChatMessage, message_json
+from talaria.chat.turn_writes import NewMessage, store_message
+from talaria.clock import Clock
+from talaria.hub.chat.events import ChatEvents
+from talaria.ids import mint
+from talaria.store.interface import Store, Tx
+
+TEAM_TOOL: Final = re.compile(r"^team_[0-9a-f]{32}$")
+WITHHELD_NOTICE: Final = (
+    "The bot asked for a password or secret. Talaria does not pass those on; the request will time out."
+)
+
+
+@dataclass
+class Draft:
+    turn_id: str
+    message_id: str
+    text: str = ""
+
+
+@dataclass
+class TurnStream:
+    """The frames of one turn of ``conversation_id`` (owned by ``bot_id``)."""
+
+    store: Store
+    clock: Clock
+    events: ChatEvents
+    conversation_id: str
+    turn_id: str
+    bot_id: str
+    drafts: dict[str, Draft]  # the engine's, by conversation: what a snapshot shows
+    stored_id: str | None = None
+    usage: dict[str, Any] | None = None
+    closed: bool = False  # the turn ended: later frames are dropped
+    _tool_ids: dict[str, str] = field(default_factory=dict)
+    draft: Draft = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.draft = Draft(self.turn_id, mint("msg", self.clock.now_ms()))
+        self.drafts[self.conversation_id] = self.draft
+
+    def close(self) -> None:
+        self.closed = True
+        draft = self.drafts.get(self.conversation_id)
+        if draft is not None and draft.turn_id == self.turn_id:
+            del self.drafts[self.conversation_id]
+
+    async def on_frame(self, frame: dict[str, Any]) -> None:
+        if self.closed:
+            return
+        raw = frame.get("payload")
+        payload: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        kind = frame.get("type")
+        if kind == "message.delta":
+            self.delta(str(payload.get("text", "")))
+        elif kind == "tool.start":
+            await asyncio.to_thread(self._tool_started, payload)
+        elif kind == "tool.complete":
+            await asyncio.to_thread(self._tool_completed, payload)
+        elif kind == "error":
+            text = f"Hermes reported an error: {payload.get('message', '')}"
+            await asyncio.to_thread(self.system_message, text)
+        elif kind in ("sudo.request", "secret.request"):
+            await asyncio.to_thread(self.system_message, WITHHELD_NOTICE)
+        elif kind == "session.info":
+            stored = payload.get("stored_session_id")
+            if isinstance(stored, str) and stored:
+                self.stored_id = stored
+            usage = payload.get("usage")
+            if isinstance(usage, dict):
+                self.usage = usage
+
+    def delta(self, text: str) -> None:
+        if not text:
+            return
+        with self.events.locked(self.conversation_id):
+            if self.closed:
+                return
+            draft = self.draft
+            draft.text += text
+            data = {"turnId": self.turn_id, "messageId": draft.message_id, "text": text}
+            self.events.emit(self.conversation_id, "message.delta", data)
+
+    def store_and_emit(self, write: Callable[[Tx], list[tuple[str, dict[str, Any]]]]) -> None:
+        """Commit ``write``, then emit the events it returns, under the conversation's event lock."""
+        with self.events.locked(self.conversation_id):
+            if self.closed:
+                return
+            with self.store.write() as tx:
+                emits = write(tx)
+            for kind, data in emits:
+                self.events.emit(self.conversation_id, kind, data)
+
+    def _flush_draft(self, tx: Tx, now: int) -> list[tuple[str, dict[str, Any]]]:
+        draft = self.draft
+        if not draft.text:
+            return []
+        stored = store_message(
+            tx, self.conversation_id,
+            NewMessage(role="assistant", author=self.bot_id, content=draft.text, turn_id=self.turn_id,
+                       status="complete", final=False, id=draft.message_id),
+            now,
+        )  # fmt: skip
+        self.draft = Draft(self.turn_id, mint("msg", now))
+        self.drafts[self.conversation_id] = self.draft
+        return [("message.complete", {"turnId": self.turn_id, "message": message_json(stored)})]
+
+    def _tool_started(self, payload: dict[str, Any]) -> None:
+        tool_id = str(payload.get("tool_id", ""))
+        name = str(payload.get("name", ""))
+        shown = "team tool" if TEAM_TOOL.match(name) else name
+        context = payload.get("context")
+
+        def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
+            now = self.clock.now_ms()
+            emits = self._flush_draft(tx, now)
+            stored = store_message(
+                tx, self.conversation_id,
+                NewMessage(role="tool", author=self.bot_id, content="", turn_id=self.turn_id, status="running",
+                           tool_id=tool_id, tool_name=shown, tool_context=str(context) if context else None),
+                now,
+            )  # fmt: skip
+            self._tool_ids[tool_id] = stored.id
+            return [*emits, ("tool.started", {"turnId": self.turn_id, "message": message_json(stored)})]
+
+        self.store_and_emit(write)
+
+    def _tool_completed(self, payload: dict[str, Any]) -> None:
+        tool_id = str(payload.get("tool_id", ""))
+        message_id = self._tool_ids.get(tool_id)
+        if message_id is None:
+            return
+        summary = payload.get("summary")
+        duration = payload.get("duration_s")
+        duration_ms = int(float(duration) * 1000) if isinstance(duration, (int, float)) else None
+
+        def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
+            tx.run(
+                "chat_message_finish_tool", conversation_id=self.conversation_id, turn_id=self.turn_id,
+                tool_id=tool_id, summary=str(summary)[:2000] if summary else None, duration_ms=duration_ms,
+            )  # fmt: skip
+            row = tx.one("chat_message_get", conversation_id=self.conversation_id, id=message_id)
+            assert row is not None
+            done = ChatMessage.from_row(row)
+            return [("tool.completed", {"turnId": self.turn_id, "message": message_json(done)})]
+
+        self.store_and_emit(write)
+
+    def system_message(self, text: str, *, turn_id: str | None = None) -> None:
+        def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
+            stored = store_message(
+                tx, self.conversation_id,
+                NewMessage(role="system", author="talaria", content=text, turn_id=turn_id or self.turn_id),
+                self.clock.now_ms(),
+            )  # fmt: skip
+            return [("message.complete", {"turnId": stored.turn_id, "message": message_json(stored)})]
+
+        self.store_and_emit(write)

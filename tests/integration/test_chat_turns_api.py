@@ -1,0 +1,210 @@
+"""Sending messages and stopping turns over a real hub and its SQLite file (chat.md 3.2-3.3, 5.2, 5.6, 7, 8), with
+the bot's node registered but not connected, so that every accepted turn stays ``pending``: strict bodies and
+limits at their edges, one live turn per conversation, Idempotency-Key replay, stop, and 404 for anyone else."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import Any
+
+import httpx
+import pytest
+
+from talaria.limits import MAX_CHAT_TEXT_CHARS
+from talaria.testing.hub_server import HubServer
+from tests.integration.web_support import Web, assert_error, open_web
+
+pytestmark = pytest.mark.usefixtures("fast_argon2")
+
+TURN_KEYS = {"id", "conversationId", "state", "code", "error", "waitingReason", "trigger", "triggerMessageId",
+             "replyMessageId", "runnerId", "hermesSessionId", "carry", "teamTools", "stopRequested", "createdAt",
+             "submittedAt", "finishedAt", "usage"}  # fmt: skip
+MESSAGE_KEYS = {"id", "conversationId", "turnId", "ordinal", "role", "author", "content", "reference", "status",
+                "final", "recovered", "createdAt", "attachments", "tool", "usage"}  # fmt: skip
+TABLES = ("chat_turn", "chat_message", "chat_conversation", "audit_event")
+
+
+def chat(web: Web, client: httpx.Client | None = None) -> str:
+    """A conversation of ``client`` (uma's by default) with a bot on the offline node ``node-1``."""
+    client = client or web.user
+    if not web.server.hub.registry.for_source("default", "local"):
+        node = web.admin.post("/api/admin/runners", json={"name": "node-1", "source": "local",
+                                                           "allowedProfiles": ["default"]})  # fmt: skip
+        assert node.status_code == 201, node.text
+    bots = client.get("/api/bots").json()["bots"]
+    bot_id = bots[0]["id"] if bots else client.post(
+        "/api/bots", json={"name": "Helper", "source": "local", "profile": "default"}).json()["bot"]["id"]  # fmt: skip
+    made = client.post("/api/conversations", json={"botId": bot_id})
+    assert made.status_code == 201, made.text
+    conversation_id: str = made.json()["conversation"]["id"]
+    return conversation_id
+
+
+def send(client: httpx.Client, conversation_id: str, body: Any, **headers: str | bytes) -> httpx.Response:
+    return client.post(f"/api/conversations/{conversation_id}/turns", json=body, headers=headers)
+
+
+def snapshot(server: HubServer) -> tuple[Any, ...]:
+    conn = sqlite3.connect(server.settings.sqlite_path)
+    try:
+        return tuple(conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall() for table in TABLES)
+    finally:
+        conn.close()
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout: float = 10) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+    return found
+
+
+def test_a_message_is_accepted_at_once_as_a_pending_turn_that_waits_for_its_node(web: Web) -> None:
+    conversation_id = chat(web)
+    sent = send(web.user, conversation_id, {"text": "  Plan the trip\nwith details"})
+    assert sent.status_code == 202, sent.text
+    turn, message = sent.json()["turn"], sent.json()["message"]
+    assert set(turn) == TURN_KEYS and set(message) == MESSAGE_KEYS
+    assert turn["id"].startswith("trn_") and message["id"].startswith("msg_")
+    shape = (turn["state"], turn["trigger"], turn["triggerMessageId"], turn["carry"])
+    assert shape == ("pending", "user", message["id"], "none")
+    assert (message["role"], message["author"], message["content"], message["ordinal"]) == (
+        "user", "uma", "  Plan the trip\nwith details", 1)  # fmt: skip
+    conversation = web.user.get(f"/api/conversations/{conversation_id}").json()["conversation"]
+    assert conversation["title"] == "Plan the trip"
+    assert (conversation["messageCount"], conversation["liveTurnId"]) == (1, turn["id"])
+    waiting = wait_for(lambda: web.user.get(f"/api/conversations/{conversation_id}/turns/{turn['id']}").json()[
+        "turn"]["waitingReason"], "the turn's waiting reason")  # fmt: skip
+    assert waiting == "waiting for node node-1 to connect"
+    page = web.user.get(f"/api/conversations/{conversation_id}/messages").json()
+    assert [m["id"] for m in page["messages"]] == [message["id"]] and page["nextCursor"] is None
+    assert page["liveTurn"]["turn"]["id"] == turn["id"] and page["liveTurn"]["approvals"] == []
+    assert page["lastEventId"] >= 2  # turn.started, conversation.updated (the title), turn.waiting
+    events = web.user.get("/api/audit", params={"conversation": conversation_id}).json()["events"]
+    started = next(e for e in events if e["type"] == "chat.turn.started")
+    assert started["subject"] == {"conversation": conversation_id, "turn": turn["id"]}
+    assert started["toState"] == "pending" and started["evidence"]["kind"] == "chat_message"
+    conn = sqlite3.connect(web.server.settings.sqlite_path)
+    try:
+        dump = "\n".join(str(row) for row in conn.execute("SELECT * FROM audit_event"))
+    finally:
+        conn.close()
+    assert "Plan the trip" not in dump
+
+
+def test_a_pending_turn_fails_runner_offline_after_chat_pending_wait_s(web: Web) -> None:
+    conversation_id = chat(web)
+    turn_id = send(web.user, conversation_id, {"text": "anyone there?"}).json()["turn"]["id"]
+    url = f"/api/conversations/{conversation_id}/turns/{turn_id}"
+    wait_for(lambda: web.user.get(url).json()["turn"]["waitingReason"], "waiting")
+    web.server.clock.advance(web.server.settings.chat_pending_wait_s)
+    done = wait_for(lambda: (t := web.user.get(url).json())["turn"]["state"] != "pending" and t["turn"], "the end")
+    assert (done["state"], done["code"]) == ("failed", "runner_offline")
+    assert send(web.user, conversation_id, {"text": "again"}).status_code == 202  # the conversation is free again
+
+
+def test_bad_bodies_and_keys_are_refused_and_change_nothing(web: Web) -> None:
+    conversation_id = chat(web)
+    before = snapshot(web.server)
+    cases: list[tuple[Any, str]] = [
+        ({}, "invalid_request"), ({"text": 5}, "invalid_request"), ({"text": ""}, "invalid_request"),
+        ({"text": " \n\t "}, "invalid_request"), ({"text": "x" * (MAX_CHAT_TEXT_CHARS + 1)}, "invalid_request"),
+        ({"text": "hi", "extra": 1}, "invalid_request"), ({"text": "bell\x07"}, "invalid_request"),
+        ({"text": "hi", "attachments": "att_1"}, "invalid_request"),
+        ({"text": "hi", "attachments": ["a", "b", "c", "d", "e"]}, "invalid_request"),
+        ({"text": "hi", "attachments": ["a", "a"]}, "invalid_request"), (["hi"], "invalid_request"),
+    ]  # fmt: skip
+    for body, code in cases:
+        assert_error(send(web.user, conversation_id, body), 400, code, body)
+    raw = web.user.post(f"/api/conversations/{conversation_id}/turns", content=b"{not json",
+                        headers={"Content-Type": "application/json"})  # fmt: skip
+    assert_error(raw, 400, "invalid_request")
+    for key in ("has space", "x" * 256, "é".encode()):
+        assert_error(send(web.user, conversation_id, {"text": "hi"}, **{"Idempotency-Key": key}), 400,
+                     "idempotency_key_invalid")  # fmt: skip
+    assert_error(send(web.user, conversation_id, {"text": "hi", "attachments": ["att_nosuch"]}), 404, "not_found")
+    assert snapshot(web.server) == before
+    edge = send(web.user, conversation_id, {"text": "y" * MAX_CHAT_TEXT_CHARS})
+    assert edge.status_code == 202, edge.text
+
+
+def test_sessions_csrf_origin_and_other_accounts_are_refused_before_anything_else(web: Web) -> None:
+    conversation_id = chat(web)
+    before = snapshot(web.server)
+    anon = web.anon(headers={"Origin": web.server.url})
+    assert_error(send(anon, conversation_id, {"text": "hi"}), 401, "unauthenticated")
+    no_csrf = web.login("uma")
+    del no_csrf.headers["X-CSRF-Token"]
+    assert_error(send(no_csrf, conversation_id, {"text": "hi"}), 403, "csrf_failed")
+    wrong_origin = web.login("uma")
+    wrong_origin.headers["Origin"] = "http://evil.example"
+    assert_error(send(wrong_origin, conversation_id, {"text": "hi"}), 403, "csrf_failed")
+    for client in (web.other, web.admin):  # another account's conversation: 404 even with a bad key and body
+        assert_error(send(client, conversation_id, {"bad": 1}, **{"Idempotency-Key": "bad key"}), 404, "not_found")
+        assert_error(client.get(f"/api/conversations/{conversation_id}/messages"), 404, "not_found")
+    assert_error(send(web.user, "cnv_nosuch", {"text": "hi"}), 404, "not_found")
+    assert snapshot(web.server) == before
+    turn_id = send(web.user, conversation_id, {"text": "mine"}).json()["turn"]["id"]
+    for client in (web.other, web.admin):
+        assert_error(client.get(f"/api/conversations/{conversation_id}/turns/{turn_id}"), 404, "not_found")
+        assert_error(client.post(f"/api/conversations/{conversation_id}/turns/{turn_id}/stop"), 404, "not_found")
+    other_chat = chat(web, web.other)
+    assert_error(web.other.get(f"/api/conversations/{other_chat}/turns/{turn_id}"), 404, "not_found")
+
+
+def test_one_live_turn_and_the_idempotency_key_replays_byte_for_byte(web: Web) -> None:
+    conversation_id = chat(web)
+    first = send(web.user, conversation_id, {"text": "one"}, **{"Idempotency-Key": "k-1"})
+    assert first.status_code == 202 and "Idempotent-Replayed" not in first.headers
+    replay = send(web.user, conversation_id, {"text": "one"}, **{"Idempotency-Key": "k-1"})
+    assert replay.status_code == 202 and replay.headers["Idempotent-Replayed"] == "true"
+    assert replay.content == first.content
+    assert_error(send(web.user, conversation_id, {"text": "two"}, **{"Idempotency-Key": "k-1"}), 422,
+                 "idempotency_key_reused")  # fmt: skip
+    assert_error(send(web.user, conversation_id, {"text": "two"}), 409, "turn_in_progress")
+    turn_id = first.json()["turn"]["id"]
+    stopped = web.user.post(f"/api/conversations/{conversation_id}/turns/{turn_id}/stop")
+    assert stopped.status_code == 202
+    assert (stopped.json()["turn"]["state"], stopped.json()["turn"]["code"]) == ("interrupted", "stopped")
+    assert_error(web.user.post(f"/api/conversations/{conversation_id}/turns/{turn_id}/stop"), 409, "turn_finished")
+    # the key replays its accepted turn even after the turn ended; another key sends anew
+    again = send(web.user, conversation_id, {"text": "one"}, **{"Idempotency-Key": "k-1"})
+    assert again.content == first.content
+    web.server.clock.advance(24 * 3600)  # kept 24 h (the session expired meanwhile)
+    uma = web.login("uma")
+    assert send(uma, conversation_id, {"text": "one"}, **{"Idempotency-Key": "k-1"}).content == first.content
+    web.server.clock.advance(0.001)  # then the key is free again
+    fresh = send(uma, conversation_id, {"text": "one"}, **{"Idempotency-Key": "k-1"})
+    assert fresh.status_code == 202 and fresh.json()["turn"]["id"] != turn_id
+
+
+def test_archived_conversations_and_bots_refuse_sends(web: Web) -> None:
+    conversation_id = chat(web)
+    assert web.user.patch(f"/api/conversations/{conversation_id}", json={"archived": True}).status_code == 200
+    assert_error(send(web.user, conversation_id, {"text": "hi"}), 409, "conversation_archived")
+    assert web.user.patch(f"/api/conversations/{conversation_id}", json={"archived": False}).status_code == 200
+    bot_id = web.user.get("/api/bots").json()["bots"][0]["id"]
+    assert web.user.patch(f"/api/bots/{bot_id}", json={"archived": True}).status_code == 200
+    assert_error(send(web.user, conversation_id, {"text": "hi"}), 409, "bot_archived")
+
+
+def test_live_turns_per_account_and_per_hub_are_limited_with_retry_after(
+    make_hub: Callable[..., HubServer], fast_argon2: None
+) -> None:
+    with ExitStack() as stack:
+        web = open_web(make_hub, stack, chat_per_account=2, chat_per_hub=3)
+        chats = [chat(web) for _ in range(3)]
+        for conversation_id in chats[:2]:
+            assert send(web.user, conversation_id, {"text": "go"}).status_code == 202
+        limited = send(web.user, chats[2], {"text": "go"})
+        assert_error(limited, 429, "chat_turn_limit")
+        assert limited.headers["Retry-After"] == "5"
+        mine = chat(web, web.other)
+        assert send(web.other, mine, {"text": "go"}).status_code == 202  # the hub's third
+        busy = send(web.other, chat(web, web.other), {"text": "go"})
+        assert_error(busy, 429, "chat_busy")
+        assert busy.headers["Retry-After"] == "5"

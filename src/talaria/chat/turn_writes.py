@@ -122,6 +122,7 @@ class Ended:
     turn: ChatTurn
     reply: ChatMessage | None
     promoted: ChatTurn | None  # the conversation's oldest queued turn, now pending
+    promoted_trigger: ChatMessage | None = None  # its trigger message
 
 
 def end_turn(
@@ -162,4 +163,8 @@ def end_turn(
         if queued.state == "queued":
             promoted = set_turn(tx, queued, now_ms, state=next_state("queued", "promote"))
             break
-    return Ended(ended, stored, promoted)
+    trigger = None
+    if promoted is not None:
+        found = tx.one("chat_message_get", conversation_id=turn.conversation_id, id=promoted.trigger_message_id)
+        trigger = ChatMessage.from_row(found) if found is not None else None
+    return Ended(ended, stored, promoted, trigger)

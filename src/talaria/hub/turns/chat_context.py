@@ -1,0 +1,140 @@
+"""What chat's turn engine shares (chat.md 5): its parts (store, clock, settings, audit key, the live stream,
+accounts, access, runners, the driver), the state of its live turns (drafts, streams, stop events, turns per
+runner), and the writes every step ends with: commit-then-emit under the conversation's event lock, and a turn's
+end with its reply, ``chat.turn.ended`` and the events of that end."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from talaria.accounts.service import Accounts
+from talaria.chat.bots import Allowed
+from talaria.chat.records import ChatTurn, message_json, turn_json
+from talaria.chat.turn_writes import Ended, NewMessage, end_turn, get_turn
+from talaria.clock import Clock
+from talaria.hub.chat.events import ChatEvents
+from talaria.hub.runners.connections import RunnerHub
+from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
+from talaria.hub.timings import HubTimings
+from talaria.hub.turns.chat_frames import Draft, TurnStream
+from talaria.hub.turns.driver import TurnDriver
+from talaria.lifecycle.actor import Actor
+from talaria.lifecycle.audit_key import AuditKey
+from talaria.settings import Settings
+from talaria.store.interface import Row, Store, Tx
+
+log = structlog.get_logger("talaria.chat")
+
+UNCERTAIN = "runner_command_uncertain"
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a turn runs: its conversation's row (with the bot) and the source's runner now."""
+
+    conversation: Row
+    runner: RunnerRecord | None
+
+
+class ChatContext:
+    def __init__(
+        self, *, store: Store, clock: Clock, settings: Settings, key: AuditKey, accounts: Accounts,
+        allowed: Allowed, registry: RunnerRegistry, runners: RunnerHub, driver: TurnDriver, events: ChatEvents,
+        timings: HubTimings,
+    ) -> None:  # fmt: skip
+        self.store, self.clock, self.settings, self.key = store, clock, settings, key
+        self.accounts, self.allowed, self.registry, self.runners = accounts, allowed, registry, runners
+        self.driver, self.events, self.timings = driver, events, timings
+        self.drafts: dict[str, Draft] = {}
+        self.running: dict[str, asyncio.Task[None]] = {}
+        self.stops: dict[str, asyncio.Event] = {}
+        self.per_runner: dict[str, int] = {}
+        self.streams: dict[str, TurnStream] = {}
+        self.stopping = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+
+    def actor(self, tenant: str) -> Actor:
+        return Actor(self.settings.lifecycle_dispatcher_principal, frozenset(), "in_process", tenant)
+
+    def _turn(self, turn_id: str) -> ChatTurn:
+        with self.store.read() as tx:
+            return get_turn(tx, turn_id)
+
+    def _place(self, turn: ChatTurn) -> Place:
+        with self.store.read() as tx:
+            row = tx.one("chat_conversation_by_id", id=turn.conversation_id)
+        assert row is not None
+        return Place(row, self.registry.for_source(turn.tenant, row["bot_source"]))
+
+    def _still_allowed(self, turn: ChatTurn, conversation: Row) -> bool:
+        account = self.accounts.get(turn.owner)
+        if account is None or not account.enabled or account.auth_version != turn.auth_version:
+            return False
+        return self.allowed(account, conversation["bot_source"], conversation["bot_profile"])
+
+    def _conversation_of(self, turn_id: str) -> str:
+        return self._turn(turn_id).conversation_id
+
+    def _write(self, conversation_id: str, write: Any) -> Any:
+        """Commit ``write(tx)``, then emit the events it returns, under the conversation's event lock."""
+        with self.events.locked(conversation_id):
+            with self.store.write() as tx:
+                emits = write(tx)
+            for kind, data in emits:
+                self.events.emit(conversation_id, kind, data)
+
+    def _partial(self, stream: TurnStream) -> NewMessage | None:
+        draft = stream.draft
+        if not draft.text:
+            return None
+        return NewMessage(role="assistant", author=stream.bot_id, content=draft.text, turn_id=draft.turn_id,
+                          status="interrupted", final=True, id=draft.message_id)  # fmt: skip
+
+    def _end(
+        self, turn_id: str, stream: TurnStream | None, state: str, code: str | None, error: str | None,
+        reply: NewMessage | None, reusable: bool | None, *, actor: Actor | None = None,
+    ) -> None:  # fmt: skip
+        """End the turn (if it is not ended yet); ``reusable`` (None: unchanged) is whether its session may be
+        resumed by the next turn."""
+
+        def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
+            now = self.clock.now_ms()
+            turn = get_turn(tx, turn_id)
+            if turn.ended:
+                return []
+            ended = end_turn(tx, turn, state=state, code=code, error=error, actor=actor or self.actor(turn.tenant),
+                             key=self.key, now_ms=now,
+                             reply=reply, usage=stream.usage if stream is not None else None)  # fmt: skip
+            if reusable is not None:
+                stored = stream.stored_id if stream is not None and stream.stored_id else turn.hermes_session_id
+                tx.run("chat_conversation_bind", id=turn.conversation_id, runner_id=turn.runner_id,
+                       hermes_session_id=stored, session_reusable=int(reusable), now=now)  # fmt: skip
+            return self.ended_events(ended)
+
+        with self.events.locked(self._conversation_of(turn_id)):
+            self._write(self._conversation_of(turn_id), write)
+            if stream is not None:
+                stream.close()
+
+    @staticmethod
+    def ended_events(ended: Ended) -> list[tuple[str, dict[str, Any]]]:
+        emits: list[tuple[str, dict[str, Any]]] = []
+        if ended.reply is not None:
+            emits.append(("message.complete", {"turnId": ended.turn.id, "message": message_json(ended.reply)}))
+        emits.append((f"turn.{ended.turn.state}", {"turn": turn_json(ended.turn)}))
+        if ended.promoted is not None:
+            trigger = message_json(ended.promoted_trigger) if ended.promoted_trigger is not None else None
+            emits.append(("turn.started", {"turn": turn_json(ended.promoted), "message": trigger}))
+        return emits
+
+    async def _end_by_code(self, turn_id: str, state: str, code: str, error: str) -> None:
+        await asyncio.to_thread(self._end, turn_id, None, state, code, error, None, None)
+
+    async def _end_uncertain(self, turn_id: str, code: str, error: str) -> None:
+        await asyncio.to_thread(self._end, turn_id, None, "uncertain", code, error, None, False)

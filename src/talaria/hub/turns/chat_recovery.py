@@ -1,0 +1,78 @@
+"""Recovery of a chat turn without replay (chat.md 5.8, hermes.md 11): a turn whose channel was lost after its
+submit record, or that was running when the hub stopped, becomes ``recovering``; on its own runner, once that is
+back (within ``chat.recovery_wait_s``) and the account still has access, the stored session's history decides:
+a reply after the marker completes the turn (``recovered: true``), anything else ends it ``uncertain``. Another
+runner serving the source now ends it ``uncertain`` ``runner_target_changed`` at once. Nothing is submitted again."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import structlog
+
+from talaria.chat.turn_writes import NewMessage, get_turn, next_state, set_turn
+from talaria.errors import TalariaError
+from talaria.hub.dispatch import turn_recovery
+from talaria.hub.dispatch.job_turns import JobTurn
+from talaria.hub.runners.connection_state import AccountRef
+from talaria.hub.turns.chat_context import UNCERTAIN, ChatContext
+from talaria.hub.turns.driver import ACCESS_REVOKED
+from talaria.store.interface import Tx
+
+log = structlog.get_logger("talaria.chat")
+
+
+class RecoveryEntries(ChatContext):
+    def _lose(self, turn_id: str) -> None:
+        def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
+            turn = get_turn(tx, turn_id)
+            if turn.state != "running":
+                return []
+            set_turn(tx, turn, self.clock.now_ms(), state=next_state("running", "lose"))
+            tx.run("chat_conversation_bind", id=turn.conversation_id, runner_id=turn.runner_id,
+                   hermes_session_id=turn.hermes_session_id, session_reusable=0, now=self.clock.now_ms())  # fmt: skip
+            return [("turn.recovering", {"turnId": turn_id})]
+
+        self._write(self._conversation_of(turn_id), write)
+
+    async def _recover(self, turn_id: str) -> None:
+        """Wait for the turn's own runner, then complete it from the session's history or end it ``uncertain``;
+        nothing is ever submitted again."""
+        await asyncio.to_thread(self._lose, turn_id)
+        turn = await asyncio.to_thread(self._turn, turn_id)
+        if turn.state != "recovering" or turn.runner_id is None:
+            return
+        give_up = self.clock.now_ms() + self.settings.chat_recovery_wait_s * 1000
+        while True:
+            place = await asyncio.to_thread(self._place, turn)
+            if place.runner is None or not place.runner.enabled:
+                await self._end_uncertain(turn_id, UNCERTAIN, "the execution node of this turn is gone")
+                return
+            if place.runner.id != turn.runner_id:
+                await self._end_uncertain(turn_id, "runner_target_changed", "another execution node serves the bot now")
+                return
+            if self.runners.is_connected(turn.runner_id):
+                break
+            if self.clock.now_ms() >= give_up:
+                await self._end_uncertain(turn_id, UNCERTAIN, "the execution node did not come back in time")
+                return
+            await asyncio.sleep(self.timings.runner_back_check_s)
+        if not await asyncio.to_thread(self._still_allowed, turn, place.conversation):
+            await self._end_by_code(turn_id, "failed", ACCESS_REVOKED, "the account lost access to this bot")
+            return
+        record = JobTurn(job_id=turn.id, tenant=turn.tenant, attempt=1, runner_id=turn.runner_id,
+                         profile=place.conversation["bot_profile"], stored_session_id=turn.hermes_session_id,
+                         marker=turn.marker or "", state="submitted")  # fmt: skip
+        account = AccountRef(turn.owner, turn.tenant, turn.auth_version)
+        deadline = (turn.submitted_at or turn.created_at) + self.settings.chat_turn_max_s * 1000
+        try:
+            result = await turn_recovery.recover(self.driver.channels, account, record, clock=self.clock,
+                                                 deadline_ms=deadline)  # fmt: skip
+        except (turn_recovery.Unrecoverable, TalariaError) as exc:
+            log.info("chat_turn_unrecoverable", turn=turn_id, reason=type(exc).__name__)
+            await self._end_uncertain(turn_id, UNCERTAIN, "the turn may have run; its reply could not be found")
+            return
+        reply = NewMessage(role="assistant", author=place.conversation["bot_id"], content=result.text,
+                           turn_id=turn_id, status="complete", final=True, recovered=True)  # fmt: skip
+        await asyncio.to_thread(self._end, turn_id, None, "completed", None, None, reply, True)

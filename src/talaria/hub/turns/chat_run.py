@@ -1,0 +1,224 @@
+"""One chat turn taken to its node (chat.md 5.3): the source's enabled runner (another than the conversation's: a
+node switch); waiting while it is offline or busy (``turn.waiting`` once per reason; ``failed`` ``runner_offline``
+after ``chat.pending_wait_s``); access checked again; the stored session resumed when it may be, else a new one
+with its carry-over and the bot's instructions; the submit record before ``prompt.submit``; Hermes' frames
+streamed; the end stored. Before the submit record a failure ends the turn ``failed`` with its code; from it on
+the prompt is never submitted again (a lost channel: recovery)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import structlog
+
+from talaria.chat import prompt as prompts
+from talaria.chat.records import ChatTurn, message_json
+from talaria.chat.turn_writes import NewMessage, get_turn, next_state, set_turn, store_message
+from talaria.errors import TalariaError
+from talaria.hub.runners.connection_state import AccountRef
+from talaria.hub.runners.registry import RunnerRecord
+from talaria.hub.turns.chat_context import Place
+from talaria.hub.turns.chat_frames import TurnStream
+from talaria.hub.turns.chat_recovery import RecoveryEntries
+from talaria.hub.turns.driver import ACCESS_REVOKED, STOPPED, TURN_TIMEOUT, TurnHooks, TurnResult
+from talaria.store.interface import Row, Tx
+
+log = structlog.get_logger("talaria.chat")
+
+
+class RunEntries(RecoveryEntries):
+    async def _run(self, turn_id: str) -> None:
+        try:
+            await self._run_turn(turn_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("chat_turn_failed", turn=turn_id)
+            with contextlib.suppress(Exception):
+                await self._end_by_code(turn_id, "failed", "internal_error", "the hub failed to run this turn")
+
+    async def _run_turn(self, turn_id: str) -> None:
+        turn = await asyncio.to_thread(self._turn, turn_id)
+        stop = self.stops[turn_id]
+        place = await self._wait_for_runner(turn, stop)
+        if place is None:
+            return
+        assert place.runner is not None
+        runner = place.runner
+        conversation = place.conversation
+        if not await asyncio.to_thread(self._still_allowed, turn, conversation):
+            await self._end_by_code(turn.id, "failed", ACCESS_REVOKED, "the account lost access to this bot")
+            return
+        bound = conversation["runner_id"]
+        node_changed = bound is not None and bound != runner.id
+        resume_id = None
+        if not node_changed and bound == runner.id and conversation["session_reusable"]:
+            resume_id = conversation["hermes_session_id"]
+        stream = TurnStream(self.store, self.clock, self.events, conversation["id"], turn.id,
+                            conversation["bot_id"], self.drafts)  # fmt: skip
+        self.streams[turn.id] = stream
+        carry = prompts.NONE
+
+        async def prompt_for(result: TurnResult) -> str:
+            nonlocal carry
+            if node_changed:
+                carry = prompts.NODE_CHANGED
+            elif not result.resumed and conversation["hermes_session_id"] is not None:
+                carry = prompts.SESSION_RESTORED if result.resume_refused else prompts.SESSION_REPLACED
+            return await asyncio.to_thread(self._prompt, turn, conversation, carry, not result.resumed)
+
+        async def before_submit(result: TurnResult) -> None:
+            await asyncio.to_thread(self._submit_record, turn.id, runner, result, carry, node_changed)
+
+        async def after_submit(result: TurnResult) -> None:
+            await asyncio.to_thread(self._submitted, turn.id)
+
+        self.per_runner[runner.id] = self.per_runner.get(runner.id, 0) + 1
+        try:
+            result = await self.driver.run(
+                runner_id=runner.id, account=AccountRef(turn.owner, turn.tenant, turn.auth_version),
+                profile=conversation["bot_profile"], work_id=conversation["id"], prompt="", tools=False,
+                deadline_ms=self.clock.now_ms() + self.settings.chat_turn_max_s * 1000,
+                hooks=TurnHooks(before_submit, after_submit, interrupt_abandoned=lambda: not self.stopping),
+                resume_id=resume_id, marker=f"[talaria-run:{turn.id}:{turn.trigger_message_id}]",
+                on_frame=stream.on_frame, stop=stop, prompt_for=prompt_for,
+            )  # fmt: skip
+        except TalariaError as exc:
+            await self._after_error(turn.id, stream, exc)
+            return
+        finally:
+            self.per_runner[runner.id] -= 1
+            self.streams.pop(turn.id, None)
+        await self._finish(turn.id, stream, result, stop.is_set())
+
+    async def _wait_for_runner(self, turn: ChatTurn, stop: asyncio.Event) -> Place | None:
+        """The place to run ``turn`` once its runner is connected and has room; None if the turn ended meanwhile
+        (stopped, or ``runner_offline`` after ``chat.pending_wait_s``)."""
+        give_up = turn.created_at + self.settings.chat_pending_wait_s * 1000
+        reason: str | None = None
+        while True:
+            place = await asyncio.to_thread(self._place, turn)
+            runner = place.runner
+            if runner is not None and runner.enabled and self.runners.is_connected(runner.id):
+                if self.per_runner.get(runner.id, 0) < self.settings.chat_per_runner:
+                    return place
+                now_reason = f"waiting for node {runner.name}: busy"
+            else:
+                name = runner.name if runner is not None else place.conversation["bot_source"]
+                now_reason = f"waiting for node {name} to connect"
+            if now_reason != reason:
+                reason = now_reason
+                await asyncio.to_thread(self._waiting, turn.id, reason)
+            if self.clock.now_ms() >= give_up:
+                await self._end_by_code(turn.id, "failed", "runner_offline",
+                                        "the execution node did not connect in time; nothing was sent")  # fmt: skip
+                return None
+            if stop.is_set():
+                return None  # the stop route ended the pending turn itself
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.timings.runner_back_check_s)
+
+    def _waiting(self, turn_id: str, reason: str) -> None:
+        def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
+            turn = get_turn(tx, turn_id)
+            if turn.state != "pending":
+                return []
+            set_turn(tx, turn, self.clock.now_ms(), waiting_reason=reason)
+            return [("turn.waiting", {"turnId": turn_id, "waitingReason": reason})]
+
+        self._write(self._conversation_of(turn_id), write)
+
+    def _prompt(self, turn: ChatTurn, conversation: Row, carry: str, new_session: bool) -> str:
+        with self.store.read() as tx:
+            trigger = tx.one("chat_message_get", conversation_id=conversation["id"], id=turn.trigger_message_id)
+            earlier: list[prompts.Earlier] = []
+            if carry != prompts.NONE:
+                rows = tx.all("chat_message_transcript", conversation_id=conversation["id"],
+                              limit=prompts.CARRY_MESSAGES + 1)  # fmt: skip
+                earlier = [prompts.Earlier(r["role"], r["content"]) for r in rows if r["id"] != turn.trigger_message_id]
+        assert trigger is not None
+        text = turn.prompt if turn.trigger == "automatic" and turn.prompt else trigger["content"]
+        return prompts.prompt_text(
+            text=text, instructions=conversation["bot_instructions"], new_session=new_session, carry=carry,
+            earlier=earlier,
+        )  # fmt: skip
+
+    def _submit_record(
+        self, turn_id: str, runner: RunnerRecord, result: TurnResult, carry: str, node_changed: bool
+    ) -> None:
+        """Chat.md 5.3 step 8, one transaction: if it fails, nothing is submitted."""
+
+        def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
+            now = self.clock.now_ms()
+            turn = get_turn(tx, turn_id)
+            if turn.state != "pending" or turn.stop_requested:
+                raise TalariaError("turn_finished", "the turn ended before it was submitted")
+            set_turn(
+                tx, turn, now, state=next_state("pending", "submit"), submit_state="submitting", runner_id=runner.id,
+                hermes_session_id=result.stored_id, marker=result.marker, carry=carry, submitted_at=now,
+                waiting_reason=None,
+            )  # fmt: skip
+            tx.run("chat_conversation_bind", id=turn.conversation_id, runner_id=runner.id,
+                   hermes_session_id=result.stored_id, session_reusable=0, now=now)  # fmt: skip
+            if not node_changed:
+                return []
+            text = prompts.NODE_SWITCH_MESSAGE.format(name=runner.name)
+            notice = store_message(
+                tx,
+                turn.conversation_id,
+                NewMessage(role="system", author="talaria", content=text, turn_id=turn.id),
+                now,
+            )
+            return [("message.complete", {"turnId": turn.id, "message": message_json(notice)})]
+
+        self._write(self._conversation_of(turn_id), write)
+
+    def _submitted(self, turn_id: str) -> None:
+        with self.store.write() as tx:
+            turn = get_turn(tx, turn_id)
+            if turn.submit_state == "submitting":
+                set_turn(tx, turn, self.clock.now_ms(), submit_state="submitted")
+
+    async def _finish(self, turn_id: str, stream: TurnStream, result: TurnResult, stopped: bool) -> None:
+        if stream.closed:  # ended meanwhile (archive, access revocation)
+            return
+        status = result.status
+        reply: NewMessage | None
+        if status == "complete":
+            state, code, error = "completed", None, None
+            reply = NewMessage(role="assistant", author=stream.bot_id, content=result.text, turn_id=turn_id,
+                               status="complete", final=True, id=stream.draft.message_id)  # fmt: skip
+        elif status == "error":
+            state, code, error = "failed", "hermes_error", "Hermes reported an error"
+            reply = NewMessage(role="assistant", author=stream.bot_id, content=result.text, turn_id=turn_id,
+                               status="error", final=True, id=stream.draft.message_id)  # fmt: skip
+        else:
+            state, code = "interrupted", "stopped" if stopped else "hermes_interrupted"
+            error = "stopped at the owner's request" if stopped else "Hermes interrupted the turn"
+            reply = self._partial(stream)
+        await asyncio.to_thread(self._end, turn_id, stream, state, code, error, reply, status == "complete")
+
+    async def _after_error(self, turn_id: str, stream: TurnStream, exc: TalariaError) -> None:
+        turn = await asyncio.to_thread(self._turn, turn_id)
+        if turn.ended:
+            stream.close()
+            return
+        if exc.code == STOPPED:
+            await asyncio.to_thread(self._end, turn_id, stream, "interrupted", "stopped",
+                                    "stopped at the owner's request", self._partial(stream), False)  # fmt: skip
+        elif exc.code == TURN_TIMEOUT:
+            await asyncio.to_thread(self._end, turn_id, stream, "interrupted", TURN_TIMEOUT, exc.message,
+                                    self._partial(stream), False)  # fmt: skip
+        elif exc.code == ACCESS_REVOKED:
+            await asyncio.to_thread(self._end, turn_id, stream, "failed", ACCESS_REVOKED, exc.message,
+                                    self._partial(stream), False)  # fmt: skip
+        elif turn.submit_state == "none":
+            await asyncio.to_thread(self._end, turn_id, stream, "failed", exc.code, exc.message, None, None)
+        elif exc.code == "turn_finished":
+            stream.close()
+        else:  # submitted, or maybe: never submit again; only the history can tell
+            stream.close()
+            await asyncio.to_thread(self._lose, turn_id)
+            await self._recover(turn_id)

@@ -31,7 +31,6 @@ from talaria.store.interface import Row
 log = structlog.get_logger("talaria.chat")
 
 
-
 class ChatEngine(RunEntries):
     """Chat's turn engine: ``start`` once on the hub's loop; ``stop`` at shutdown."""
 

@@ -56,13 +56,17 @@ def messages(client: httpx.Client, conversation_id: str) -> list[dict[str, Any]]
 class Stream:
     """A conversation's live stream read on a thread: ``events`` in arrival order, ``(id, type, data)``."""
 
-    def __init__(self, client: httpx.Client, conversation_id: str, after: int | None = None) -> None:
+    def __init__(
+        self, client: httpx.Client, conversation_id: str, after: int | None = None, last_event_id: int | None = None
+    ) -> None:
         self.events: list[tuple[int | None, str, dict[str, Any]]] = []
         self._cond = threading.Condition()
-        self._client = client
+        # its own connection, closed when the stream ends (a killed hub must not leave a socket behind)
+        self._client = httpx.Client(base_url=client.base_url, headers=client.headers, cookies=client.cookies)
         params = {} if after is None else {"after": str(after)}
         self._url = f"/api/conversations/{conversation_id}/events"
         self._params = params
+        self._headers = {} if last_event_id is None else {"Last-Event-ID": str(last_event_id)}
         self._stop = False
         self.status: int | None = None
         self.ended = False
@@ -72,15 +76,18 @@ class Stream:
     def _read(self) -> None:
         try:
             self._follow()
-        except httpx.HTTPError:  # the client closed (the test ended) or the hub stopped
+        except httpx.HTTPError:  # the hub stopped or went away
             pass
         finally:
+            self._client.close()
             with self._cond:
                 self.ended = True
                 self._cond.notify_all()
 
     def _follow(self) -> None:
-        with self._client.stream("GET", self._url, params=self._params, timeout=httpx.Timeout(5, read=120)) as r:
+        with self._client.stream(
+            "GET", self._url, params=self._params, headers=self._headers, timeout=httpx.Timeout(5, read=120)
+        ) as r:
             with self._cond:
                 self.status = r.status_code
                 self._cond.notify_all()
@@ -115,6 +122,7 @@ class Stream:
                     or (e[2].get("turn") or {}).get("id") == turn_id]  # fmt: skip
 
     def close(self) -> None:
+        """Stop reading: the stream's thread ends at its next line, keepalive or end and closes its client."""
         self._stop = True
 
 

@@ -22,6 +22,7 @@ from talaria.testing.hub_server import HubServer
 from talaria.testing.model_server import ModelServer
 from talaria.testing.real_hermes import RealHermes
 from tests.conftest import add_account
+from tests.hermes.site_support import site  # noqa: F401 - the fixture of the hub-process tests
 from tests.integration.runner_support import RunnerProcess, outcome, spawn, wait_until, write_config
 
 PROFILES = ("default", "work")

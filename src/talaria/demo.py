@@ -216,6 +216,48 @@ def _job_on_the_node(alice: httpx.Client, bob: httpx.Client) -> None:
     _step(f"audit for the job: {trail}")
 
 
+def _chat_on_the_node(alice: httpx.Client, url: str) -> str:
+    """Alice makes a bot and has a short chat with it on the node, the reply printed as it streams (chat.md 4);
+    returns the conversation's page."""
+    bot = _check(alice.post("/api/bots", json={"name": "Helper", "source": "local", "profile": "default",
+                                               "instructions": "Answer briefly."}), "create bot")["bot"]  # fmt: skip
+    conversation = _check(alice.post("/api/conversations", json={"botId": bot["id"]}), "start chat")["conversation"]
+    _step(f"alice made bot {bot['name']} ({bot['profile']} on {bot['source']}) and started chat {conversation['id']}")
+    for text in ("Hello! What can you do on this node?", "Thanks. One more line, please."):
+        sent = _check(alice.post(f"/api/conversations/{conversation['id']}/turns", json={"text": text}), "send")
+        turn = sent["turn"]
+        _step(f"alice: {text!r} (turn {turn['id']} {turn['state']}; the reply streams below)")
+        ended = _stream_reply(alice, conversation["id"], turn["id"])
+        if ended["state"] != "completed":
+            raise RuntimeError(f"the chat turn ended {ended['state']} {ended['code']}")
+    shown = _check(alice.get(f"/api/conversations/{conversation['id']}"), "read chat")["conversation"]
+    _step(f"chat {shown['title']!r}: {shown['messageCount']} messages, Hermes session {shown['hermesSessionId']}")
+    return f"{url}/chats/{conversation['id']}"
+
+
+def _stream_reply(client: httpx.Client, conversation_id: str, turn_id: str) -> dict[str, Any]:
+    """Print the turn's ``message.delta`` events from the live stream until its terminal event; returns the turn."""
+    ends = ("turn.completed", "turn.failed", "turn.interrupted", "turn.uncertain")
+    print("    ", end="", flush=True)
+    event = ""
+    with client.stream("GET", f"/api/conversations/{conversation_id}/events", params={"after": "0"},
+                       timeout=180) as response:  # fmt: skip
+        if response.status_code != 200:
+            raise RuntimeError(f"the live stream failed: HTTP {response.status_code}")
+        for raw in response.iter_lines():
+            if raw.startswith("event: "):
+                event = raw[7:]
+            elif raw.startswith("data: "):
+                data = json.loads(raw[6:])
+                if event == "message.delta" and data["turnId"] == turn_id:
+                    print(str(data["text"]).replace("\n", "\n    "), end="", flush=True)
+                elif event in ends and data["turn"]["id"] == turn_id:
+                    print(flush=True)
+                    ended: dict[str, Any] = data["turn"]
+                    return ended
+    raise RuntimeError("the live stream ended before the turn did")
+
+
 def run_demo(*, keep_serving: bool = True, port: int = 0, keep: bool = False) -> int:
     """The demo on a new temporary data directory, removed at the end (Ctrl-C included) unless ``keep``: it holds
     the demo passwords, the hub's ``secret.key`` and a runner token."""
@@ -224,10 +266,16 @@ def run_demo(*, keep_serving: bool = True, port: int = 0, keep: bool = False) ->
         return _run_demo(data_dir, keep_serving=keep_serving, port=port)
     finally:
         if keep:
-            _step(f"kept the data directory {data_dir}: it holds the demo passwords, secret.key and a runner token")
+            _step(
+                f"kept the data directory {data_dir}: it holds the demo passwords, secret.key, audit.key and a "
+                "runner token"
+            )
         else:
             shutil.rmtree(data_dir, ignore_errors=True)
-            _step(f"removed the data directory {data_dir} (demo passwords, secret.key, runner token); --keep keeps it")
+            _step(
+                f"removed the data directory {data_dir} (demo passwords, secret.key, audit.key, runner token); "
+                "--keep keeps it"
+            )
 
 
 def _run_demo(data_dir: Path, *, keep_serving: bool, port: int) -> int:
@@ -296,11 +344,13 @@ def _run_demo(data_dir: Path, *, keep_serving: bool, port: int) -> int:
         _step(f"{len(events)} audit events for the job, each with its evidence digest")
         _execution_node(bob, alice, data_dir, stops)
         _job_on_the_node(alice, bob)
+        chat_page = _chat_on_the_node(alice, url)
         verify = _talaria("audit", "verify", "--data-dir", str(data_dir))
         print((verify.stdout or verify.stderr).strip(), flush=True)
         if verify.returncode != 0:
             return 1
         _step(f"web UI: {url}/login (sign in as bob, an admin, with the password in the file above)")
+        _step(f"continue alice's chat at {chat_page} (sign in as alice)")
         if keep_serving:
             _step(f"the hub keeps serving at {url}; Ctrl-C stops it")
             with contextlib.suppress(KeyboardInterrupt):

@@ -607,6 +607,10 @@ def test_demo_runs_to_completion_on_real_hermes(tmp_path: Path) -> None:
     assert "turn complete" in result.stdout
     assert "the hub's dispatcher ran it on the node: job SUCCEEDED in attempt 1" in result.stdout
     assert "job.claimed by talaria-hub" in result.stdout and "job.completed by talaria-hub" in result.stdout
+    assert "alice made bot Helper (default on local)" in result.stdout
+    assert "    I am Helper, running in this node's Hermes." in result.stdout  # the streamed chat reply
+    assert "    Continue this chat in your browser; I will remember it." in result.stdout
+    assert re.search(r"continue alice's chat at http://127\.0\.0\.1:\d+/chats/cnv_\w+", result.stdout)
     assert "audit chain OK" in result.stdout
     left = [p.name for p in tmp_path.iterdir() if p.name.startswith("talaria-demo-")]
     assert left == [], "the demo's data directory (passwords, secret.key, a runner token) is removed at the end"

@@ -390,6 +390,15 @@ def demo_rule() -> Rule:
     )
 
 
+def demo_chat_rules() -> list[Rule]:
+    """The demo's chat: two short replies, streamed in small chunks so that the demo shows them arrive."""
+    return [
+        when("What can you do", slow("I am Helper, running in this node's Hermes. Ask me to read, write or "
+                                     "summarise here; Talaria streams my answers to you.", chunk_delay_s=0.03)),
+        when("One more line", slow("Continue this chat in your browser; I will remember it.", chunk_delay_s=0.03)),
+    ]  # fmt: skip
+
+
 def _tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
@@ -409,13 +418,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="talaria testing model-server", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    parser.add_argument("--demo", action="store_true", help="add the demo's rule: a prompt with 'whoami' calls "
-                        "the talaria_whoami team tool and replies with what it answered")  # fmt: skip
+    demo = ("add the demo's rules: a prompt with 'whoami' calls the talaria_whoami team tool and replies with what it "
+            "answered; the demo chat's two replies")  # fmt: skip
+    parser.add_argument("--demo", action="store_true", help=demo)
     args = parser.parse_args(argv)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    rules = [demo_rule()] if args.demo else []
+    rules = [demo_rule(), *demo_chat_rules()] if args.demo else []
     with ModelServer(rules, host=args.host, port=args.port) as server:
         print(f"model server ready: http://{args.host}:{server.port}/v1", flush=True)
         stop.wait()

@@ -26,7 +26,8 @@ def alice(node: Node) -> Iterator[httpx.Client]:
 
 
 def _requests_with(node: Node, text: str) -> list[str]:
-    return [r.last_user or "" for r in node.model.chat_requests() if text in (r.last_user or "")]
+    """The turns' model requests (those offering tools; Hermes' own title requests offer none) holding ``text``."""
+    return [r.last_user or "" for r in node.model.chat_requests() if r.tools and text in (r.last_user or "")]
 
 
 def test_a_reply_streams_live_and_the_next_turn_resumes_the_session(node: Node, alice: httpx.Client) -> None:
@@ -65,7 +66,7 @@ def test_a_reply_streams_live_and_the_next_turn_resumes_the_session(node: Node, 
     assert again.status_code == 202, again.text
     second = wait_turn(alice, conversation_id, again.json()["turn"]["id"])
     assert second["state"] == "completed", second
-    resumed = [r for r in node.model.chat_requests() if "again please" in (r.last_user or "")]
+    resumed = [r for r in node.model.chat_requests() if r.tools and "again please" in (r.last_user or "")]
     assert len(resumed) == 1
     assert "[talaria-bot-instructions]" not in (resumed[0].last_user or "")
     history = str(resumed[0].body.get("messages"))

@@ -15,6 +15,7 @@ from talaria.store.interface import Row
 LIVE: Final = frozenset({"pending", "running", "recovering"})
 UNENDED: Final = LIVE | {"queued"}
 TERMINAL: Final = frozenset({"completed", "failed", "interrupted", "uncertain"})
+CHOICES: Final = ("once", "session", "deny")  # the approval answers a person may give (never "always")
 
 
 @dataclass(frozen=True)
@@ -180,3 +181,45 @@ def message_json(message: ChatMessage) -> dict[str, Any]:
         "tool": tool_json(message.tool),
         "usage": message.usage,
     }
+
+
+@dataclass(frozen=True)
+class Approval:
+    id: str
+    turn_id: str
+    conversation_id: str
+    kind: str
+    state: str
+    description: str | None
+    command: str | None
+    question: str | None
+    choices: list[str]
+    choice: str | None
+    hermes_request_id: str | None
+    created_at: int
+    resolved_at: int | None
+
+    @classmethod
+    def from_row(cls, row: Row) -> Approval:
+        return cls(
+            id=row["id"], turn_id=row["turn_id"], conversation_id=row["conversation_id"], kind=row["kind"],
+            state=row["state"], description=row["description"], command=row["command"], question=row["question"],
+            choices=json.loads(row["choices"]) if row["choices"] else [], choice=row["choice"],
+            hermes_request_id=row["hermes_request_id"], created_at=int(row["created_at"]),
+            resolved_at=row["resolved_at"],
+        )  # fmt: skip
+
+    def offered(self) -> list[str]:
+        """What the person may answer: an approval's offered choices without ``always``, a question's choices."""
+        if self.kind == "approval":
+            return [c for c in self.choices if c in CHOICES]
+        return list(self.choices)
+
+
+def approval_json(approval: Approval) -> dict[str, Any]:
+    return {
+        "id": approval.id, "turnId": approval.turn_id, "kind": approval.kind, "state": approval.state,
+        "description": approval.description, "command": approval.command, "question": approval.question,
+        "choices": approval.offered(), "choice": approval.choice, "createdAt": approval.created_at,
+        "resolvedAt": approval.resolved_at,
+    }  # fmt: skip

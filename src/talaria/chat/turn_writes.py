@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from talaria.canonical import canonical_json
-from talaria.chat.records import LIVE, TERMINAL, ChatMessage, ChatTurn
+from talaria.chat.records import LIVE, TERMINAL, Approval, ChatMessage, ChatTurn
 from talaria.errors import TalariaError
 from talaria.ids import mint
 from talaria.lifecycle import audit
@@ -117,12 +117,25 @@ def store_message(tx: Tx, conversation_id: str, message: NewMessage, now_ms: int
     return ChatMessage.from_row(row)
 
 
+def pending(tx: Tx, turn_id: str) -> list[Approval]:
+    """A turn's pending approvals, oldest first."""
+    return [Approval.from_row(r) for r in tx.all("chat_approval_pending", turn_id=turn_id)]
+
+
+def expire(tx: Tx, approval: Approval, now_ms: int) -> Approval:
+    tx.run("chat_approval_resolve", id=approval.id, state="expired", choice=None, now=now_ms)
+    row = tx.one("chat_approval_get", turn_id=approval.turn_id, id=approval.id)
+    assert row is not None
+    return Approval.from_row(row)
+
+
 @dataclass(frozen=True)
 class Ended:
     turn: ChatTurn
     reply: ChatMessage | None
     promoted: ChatTurn | None  # the conversation's oldest queued turn, now pending
     promoted_trigger: ChatMessage | None = None  # its trigger message
+    expired: tuple[Approval, ...] = ()  # the turn's approvals that were pending
 
 
 def end_turn(
@@ -149,6 +162,7 @@ def end_turn(
         reply_message_id=stored.id if stored is not None else turn.reply_message_id, submit_state=submit_state,
         usage=usage if usage is not None else turn.usage,
     )  # fmt: skip
+    expired = tuple(expire(tx, a, now_ms) for a in pending(tx, turn.id))
     evidence = audit.Evidence("chat_reply", key.digest({"text": stored.content})) if stored is not None else None
     audit.append(
         tx, now_ms=now_ms, type="chat.turn.ended", tenant=turn.tenant, actor=actor,
@@ -167,4 +181,4 @@ def end_turn(
     if promoted is not None:
         found = tx.one("chat_message_get", conversation_id=turn.conversation_id, id=promoted.trigger_message_id)
         trigger = ChatMessage.from_row(found) if found is not None else None
-    return Ended(ended, stored, promoted, trigger)
+    return Ended(ended, stored, promoted, trigger, expired)

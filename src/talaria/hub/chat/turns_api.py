@@ -17,7 +17,8 @@ from starlette.concurrency import run_in_threadpool
 
 from talaria.accounts.service import Account
 from talaria.canonical import canonical_json
-from talaria.chat.records import ChatTurn, message_json, turn_json
+from talaria.chat.records import ChatTurn, approval_json, message_json, turn_json
+from talaria.chat.turn_writes import pending
 from talaria.chat.turns import Accepted
 from talaria.errors import TalariaError
 from talaria.hub.api.deps import HubDep, UserDep
@@ -26,7 +27,12 @@ from talaria.hub.api.websession import WebRoute
 from talaria.hub.chat.conversations_api import conversation_json
 from talaria.hub.openapi import refusals
 from talaria.hub.resources import Hub
-from talaria.limits import MAX_ATTACHMENTS_PER_MESSAGE, MAX_CHAT_TEXT_CHARS, MAX_IDEMPOTENCY_KEY_CHARS
+from talaria.limits import (
+    MAX_ATTACHMENTS_PER_MESSAGE,
+    MAX_CHAT_TEXT_CHARS,
+    MAX_CLARIFY_ANSWER_CHARS,
+    MAX_IDEMPOTENCY_KEY_CHARS,
+)
 from talaria.text_rules import MULTI_LINE_PATTERN, TextRefused, multi_line
 
 router = APIRouter(prefix="/api/conversations", tags=["conversations"], route_class=WebRoute)
@@ -133,16 +139,48 @@ async def list_messages(
             found = hub.chat_turns.messages(tx, conversation_id, before=before, limit=size + 1)
             live = hub.chat_turns.live(tx, conversation_id)
             draft = hub.chat_engine.draft(conversation_id) if live is not None else None
+            waiting = [approval_json(a) for a in pending(tx, live.id)] if live is not None else []
             last = hub.chat_events.last_event_id(conversation_id)
         more, page = len(found) > size, found[:size]
         return {
             "messages": [message_json(m) for m in page],
             "nextCursor": encode_cursor(page[-1].ordinal) if more else None,
             "lastEventId": last,
-            "liveTurn": None if live is None else {"turn": turn_json(live), "draft": draft, "approvals": []},
+            "liveTurn": None if live is None else {"turn": turn_json(live), "draft": draft, "approvals": waiting},
         }
 
     return await run_in_threadpool(snapshot)
+
+
+APPROVAL_BODY: Final = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["approvalId"],
+    "properties": {
+        "approvalId": {"type": "string"},
+        "choice": {"type": "string", "enum": ["once", "session", "deny"]},
+        "answer": {"type": "string", "minLength": 1, "maxLength": MAX_CLARIFY_ANSWER_CHARS},
+    },
+}
+
+
+@router.post(
+    "/{conversation_id}/turns/{turn_id}/approvals",
+    openapi_extra=refusals("not_found", "approval_expired", "approval_out_of_order", body=APPROVAL_BODY),
+)
+async def answer_approval(
+    conversation_id: ConversationId, turn_id: str, request: Request, user: UserDep, hub: HubDep
+) -> dict[str, Any]:
+    """Answer the turn's oldest pending approval or question (chat.md 3.5)."""
+    await run_in_threadpool(hub.chat_turns.get, user.account, conversation_id, turn_id)
+    try:
+        body = json.loads((await request.body()).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise TalariaError("invalid_request", "the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise TalariaError("invalid_request", "the body must be a JSON object")
+    answered = await hub.chat_engine.answer(user.account, conversation_id, turn_id, body)
+    return {"approval": approval_json(answered)}
 
 
 @router.get("/{conversation_id}/turns/{turn_id}", openapi_extra=refusals("not_found"))

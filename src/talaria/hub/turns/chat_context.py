@@ -13,7 +13,7 @@ import structlog
 
 from talaria.accounts.service import Accounts
 from talaria.chat.bots import Allowed
-from talaria.chat.records import ChatTurn, message_json, turn_json
+from talaria.chat.records import ChatTurn, approval_json, message_json, turn_json
 from talaria.chat.turn_writes import Ended, NewMessage, end_turn, get_turn
 from talaria.clock import Clock
 from talaria.hub.chat.events import ChatEvents
@@ -127,6 +127,8 @@ class ChatContext:
         emits: list[tuple[str, dict[str, Any]]] = []
         if ended.reply is not None:
             emits.append(("message.complete", {"turnId": ended.turn.id, "message": message_json(ended.reply)}))
+        for approval in ended.expired:
+            emits.append(("approval.resolved", {"turnId": ended.turn.id, "approval": approval_json(approval)}))
         emits.append((f"turn.{ended.turn.state}", {"turn": turn_json(ended.turn)}))
         if ended.promoted is not None:
             trigger = message_json(ended.promoted_trigger) if ended.promoted_trigger is not None else None

@@ -23,6 +23,7 @@ import structlog
 
 from talaria.chat.automatic import Enqueued
 from talaria.chat.records import ChatTurn, message_json, turn_json
+from talaria.hub.turns.chat_answers import AnswerEntries
 from talaria.hub.turns.chat_run import RunEntries
 from talaria.hub.turns.driver import ACCESS_REVOKED
 from talaria.lifecycle.actor import Actor
@@ -31,7 +32,7 @@ from talaria.store.interface import Row
 log = structlog.get_logger("talaria.chat")
 
 
-class ChatEngine(RunEntries):
+class ChatEngine(RunEntries, AnswerEntries):
     """Chat's turn engine: ``start`` once on the hub's loop; ``stop`` at shutdown."""
 
     # --- lifecycle -----------------------------------------------------------------------------------------------

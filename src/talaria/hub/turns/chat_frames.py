@@ -18,10 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from talaria.chat.records import ChatMessage, message_json
+from talaria.chat import approvals
+from talaria.chat.records import ChatMessage, approval_json, message_json
 from talaria.chat.turn_writes import NewMessage, store_message
 from talaria.clock import Clock
 from talaria.hub.chat.events import ChatEvents
+from talaria.hub.turns.driver import TurnResult
 from talaria.ids import mint
 from talaria.store.interface import Store, Tx
 
@@ -52,12 +54,20 @@ class TurnStream:
     stored_id: str | None = None
     usage: dict[str, Any] | None = None
     closed: bool = False  # the turn ended: later frames are dropped
+    replied: bool = False  # Hermes' message.complete arrived: only the end-of-turn session.info follows
+    answers: set[asyncio.Task[Any]] = field(default_factory=set)  # answers to approvals in flight
+    result: TurnResult | None = None  # the session the turn runs in (its runtime id and channel), once open
     _tool_ids: dict[str, str] = field(default_factory=dict)
     draft: Draft = field(init=False)
 
     def __post_init__(self) -> None:
         self.draft = Draft(self.turn_id, mint("msg", self.clock.now_ms()))
         self.drafts[self.conversation_id] = self.draft
+
+    async def settle_answers(self) -> None:
+        """Before the channel closes: let answers to approvals still in flight get theirs (at most 2 s)."""
+        if self.answers:
+            await asyncio.wait(set(self.answers), timeout=2)
 
     def close(self) -> None:
         self.closed = True
@@ -66,7 +76,9 @@ class TurnStream:
             del self.drafts[self.conversation_id]
 
     async def on_frame(self, frame: dict[str, Any]) -> None:
-        if self.closed:
+        if self.closed or self.replied:
+            if frame.get("type") == "session.info":  # the end-of-turn one still updates the binding
+                self._session_info(frame)
             return
         raw = frame.get("payload")
         payload: dict[str, Any] = raw if isinstance(raw, dict) else {}
@@ -80,15 +92,24 @@ class TurnStream:
         elif kind == "error":
             text = f"Hermes reported an error: {payload.get('message', '')}"
             await asyncio.to_thread(self.system_message, text)
+        elif kind in ("approval.request", "clarify.request"):
+            await asyncio.to_thread(self._asked, "approval" if kind == "approval.request" else "clarify", payload)
         elif kind in ("sudo.request", "secret.request"):
             await asyncio.to_thread(self.system_message, WITHHELD_NOTICE)
         elif kind == "session.info":
-            stored = payload.get("stored_session_id")
-            if isinstance(stored, str) and stored:
-                self.stored_id = stored
-            usage = payload.get("usage")
-            if isinstance(usage, dict):
-                self.usage = usage
+            self._session_info(frame)
+        elif kind == "message.complete":
+            self.replied = True
+
+    def _session_info(self, frame: dict[str, Any]) -> None:
+        raw = frame.get("payload")
+        payload: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        stored = payload.get("stored_session_id")
+        if isinstance(stored, str) and stored:
+            self.stored_id = stored
+        usage = payload.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
 
     def delta(self, text: str) -> None:
         if not text:
@@ -163,6 +184,14 @@ class TurnStream:
             assert row is not None
             done = ChatMessage.from_row(row)
             return [("tool.completed", {"turnId": self.turn_id, "message": message_json(done)})]
+
+        self.store_and_emit(write)
+
+    def _asked(self, kind: str, payload: dict[str, Any]) -> None:
+        def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
+            asked = approvals.record(tx, turn_id=self.turn_id, conversation_id=self.conversation_id, kind=kind,
+                                     payload=payload, now_ms=self.clock.now_ms())  # fmt: skip
+            return [("approval.requested", {"turnId": self.turn_id, "approval": approval_json(asked)})]
 
         self.store_and_emit(write)
 

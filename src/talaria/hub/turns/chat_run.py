@@ -63,6 +63,7 @@ class RunEntries(RecoveryEntries):
 
         async def prompt_for(result: TurnResult) -> str:
             nonlocal carry
+            stream.result = result
             if node_changed:
                 carry = prompts.NODE_CHANGED
             elif not result.resumed and conversation["hermes_session_id"] is not None:
@@ -81,7 +82,8 @@ class RunEntries(RecoveryEntries):
                 runner_id=runner.id, account=AccountRef(turn.owner, turn.tenant, turn.auth_version),
                 profile=conversation["bot_profile"], work_id=conversation["id"], prompt="", tools=False,
                 deadline_ms=self.clock.now_ms() + self.settings.chat_turn_max_s * 1000,
-                hooks=TurnHooks(before_submit, after_submit, interrupt_abandoned=lambda: not self.stopping),
+                hooks=TurnHooks(before_submit, after_submit, interrupt_abandoned=lambda: not self.stopping,
+                                before_close=stream.settle_answers, read_session_info=True),
                 resume_id=resume_id, marker=f"[talaria-run:{turn.id}:{turn.trigger_message_id}]",
                 on_frame=stream.on_frame, stop=stop, prompt_for=prompt_for,
             )  # fmt: skip

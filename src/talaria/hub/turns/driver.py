@@ -32,6 +32,7 @@ log = structlog.get_logger("talaria.turns")
 TURN_TIMEOUT = "turn_timeout"  # the turn reached its deadline; it was interrupted (retryable false)
 ACCESS_REVOKED = "access_revoked"  # the turn's account lost its access; it was interrupted
 STOPPED = "stopped"  # a stopped turn whose interrupt Hermes did not confirm within STOP_GRACE_S
+SESSION_INFO_WAIT_S = 1.0  # chat.md 5.3 step 10: the end-of-turn session.info comes about 20 ms after the reply
 STOP_GRACE_S = 4.0  # chat.md 5.6: without Hermes' message.complete 4 s after the interrupt, the hub ends the turn
 RESUME_REFUSALS = frozenset({"gateway_rejected", "runner_payload_limit"})  # chat.md 5.3 step 5
 GRANT_RENEW_S = 300.0  # runner-protocol.md 12.1: re-check the turn and the account, renew with grant.bind
@@ -49,6 +50,7 @@ class TurnResult:
     events: list[dict[str, Any]] = field(default_factory=list)
     resumed: bool = False  # the turn ran in a resumed stored session
     resume_refused: str | None = None  # the code refusing the asked resume (a new session was created instead)
+    gateway: Gateway | None = None  # the turn's channel while it runs (chat answers approvals through it)
 
     def deltas(self) -> list[str]:
         return [str(e.get("payload", {}).get("text", "")) for e in self.events if e.get("type") == "message.delta"]
@@ -65,6 +67,11 @@ class TurnHooks:
     # whether a submitted turn the driver abandons (cancelled, timed out) is interrupted; a hub shutting
     # down leaves it running so that the next attempt can take its reply from Hermes' history
     interrupt_abandoned: Callable[[], bool] | None = None
+    # awaited before the turn's grant and channel close (chat: answers to approvals still in flight)
+    before_close: Callable[[], Awaitable[None]] | None = None
+    # chat.md 5.3 step 10: after message.complete, read on until the end-of-turn session.info (at most
+    # SESSION_INFO_WAIT_S) before the channel closes
+    read_session_info: bool = False
 
 
 async def frame_within(gateway: Gateway, clock: Clock, deadline_ms: int) -> dict[str, Any] | None:
@@ -171,6 +178,8 @@ class TurnDriver:
             await self._collect(
                 gateway, result, on_event, deadline_ms=deadline_ms, grant=grant, on_frame=on_frame, stop=stop
             )
+            if hooks is not None and hooks.read_session_info:
+                await self._session_info(gateway, result, on_frame)
             finished = True
             return result
         finally:
@@ -180,6 +189,8 @@ class TurnDriver:
             interrupt = hooks is None or hooks.interrupt_abandoned is None or hooks.interrupt_abandoned()
             if submitted and not finished and gateway.open and interrupt:  # cancelled or timed out: stop it
                 await self._quietly(self.channels.rpc(gateway, "session.interrupt", {"session_id": runtime_id}))
+            if hooks is not None and hooks.before_close is not None:
+                await hooks.before_close()
             if grant is not None:
                 await self._quietly(self.channels.close_grant(grant))
             await self._quietly(self.channels.close_gateway(gateway))
@@ -198,13 +209,15 @@ class TurnDriver:
                 refused = exc.code
             else:
                 stored = resumed.get("resumed") or resume_id
-                return TurnResult("", "", str(resumed["session_id"]), str(stored), marker, resumed=True)
+                runtime = str(resumed["session_id"])
+                return TurnResult("", "", runtime, str(stored), marker, resumed=True, gateway=gateway)
         params = {"close_on_disconnect": False}
         if profile != "default":
             params["profile"] = profile
         created = await self.channels.rpc(gateway, "session.create", params)
         stored_id = created.get("stored_session_id")
-        return TurnResult("", "", str(created["session_id"]), stored_id, marker, resume_refused=refused)
+        runtime = str(created["session_id"])
+        return TurnResult("", "", runtime, stored_id, marker, resume_refused=refused, gateway=gateway)
 
     async def _collect(
         self,
@@ -254,6 +267,29 @@ class TurnDriver:
             if kind == "message.complete":
                 result.status = str(payload.get("status", "complete"))
                 result.text = str(payload.get("text", ""))
+                return
+
+    async def _session_info(
+        self, gateway: Gateway, result: TurnResult, on_frame: Callable[[dict[str, Any]], Awaitable[None]] | None
+    ) -> None:
+        """The end-of-turn ``session.info`` (its stored id, usage), waited for at most ``SESSION_INFO_WAIT_S``."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + SESSION_INFO_WAIT_S
+        while (left := until - loop.time()) > 0:
+            try:
+                frame = await asyncio.wait_for(gateway.events.get(), left)
+            except TimeoutError:
+                return
+            if frame is None:
+                return
+            if frame.get("session_id") not in (None, result.runtime_id):
+                continue
+            if on_frame is not None:
+                await on_frame(frame)
+            raw = frame.get("payload")
+            if frame.get("type") == "session.info":
+                if isinstance(raw, dict) and isinstance(raw.get("stored_session_id"), str):
+                    result.stored_id = raw["stored_session_id"]
                 return
 
     async def _renew(self, grant: Grant, result: TurnResult, profile: str) -> None:

@@ -10,11 +10,11 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
-import httpx
 import pytest
 
 from talaria.limits import MAX_CHAT_TEXT_CHARS
 from talaria.testing.hub_server import HubServer
+from tests.integration.chat_web_support import chat, send
 from tests.integration.web_support import Web, assert_error, open_web
 
 pytestmark = pytest.mark.usefixtures("fast_argon2")
@@ -25,26 +25,6 @@ TURN_KEYS = {"id", "conversationId", "state", "code", "error", "waitingReason", 
 MESSAGE_KEYS = {"id", "conversationId", "turnId", "ordinal", "role", "author", "content", "reference", "status",
                 "final", "recovered", "createdAt", "attachments", "tool", "usage"}  # fmt: skip
 TABLES = ("chat_turn", "chat_message", "chat_conversation", "audit_event")
-
-
-def chat(web: Web, client: httpx.Client | None = None) -> str:
-    """A conversation of ``client`` (uma's by default) with a bot on the offline node ``node-1``."""
-    client = client or web.user
-    if not web.server.hub.registry.for_source("default", "local"):
-        node = web.admin.post("/api/admin/runners", json={"name": "node-1", "source": "local",
-                                                           "allowedProfiles": ["default"]})  # fmt: skip
-        assert node.status_code == 201, node.text
-    bots = client.get("/api/bots").json()["bots"]
-    bot_id = bots[0]["id"] if bots else client.post(
-        "/api/bots", json={"name": "Helper", "source": "local", "profile": "default"}).json()["bot"]["id"]  # fmt: skip
-    made = client.post("/api/conversations", json={"botId": bot_id})
-    assert made.status_code == 201, made.text
-    conversation_id: str = made.json()["conversation"]["id"]
-    return conversation_id
-
-
-def send(client: httpx.Client, conversation_id: str, body: Any, **headers: str | bytes) -> httpx.Response:
-    return client.post(f"/api/conversations/{conversation_id}/turns", json=body, headers=headers)
 
 
 def snapshot(server: HubServer) -> tuple[Any, ...]:

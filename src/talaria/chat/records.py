@@ -7,6 +7,7 @@ Idempotency-Key inside the accepting transaction, and a replay must send exactly
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -163,7 +164,8 @@ def tool_json(tool: ToolInfo | None) -> dict[str, Any] | None:
             "durationMs": tool.duration_ms}  # fmt: skip
 
 
-def message_json(message: ChatMessage) -> dict[str, Any]:
+def message_json(message: ChatMessage, attachments: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """The message's JSON; ``attachments``: the JSON of the attachments it holds (a user message's)."""
     return {
         "id": message.id,
         "conversationId": message.conversation_id,
@@ -177,7 +179,7 @@ def message_json(message: ChatMessage) -> dict[str, Any]:
         "final": message.final,
         "recovered": message.recovered,
         "createdAt": message.created_at,
-        "attachments": [],
+        "attachments": list(attachments),
         "tool": tool_json(message.tool),
         "usage": message.usage,
     }

@@ -14,11 +14,14 @@ live turn (409 ``turn_in_progress``); ``chat.per_account`` and ``chat.per_hub`` 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from talaria.accounts.service import Account
 from talaria.canonical import canonical_json, digest, sha256_hex
+from talaria.chat import attachments
+from talaria.chat.attachments import attachment_json
 from talaria.chat.bots import Allowed, owner_actor, require_allowed
 from talaria.chat.conversations import Conversation, Conversations
 from talaria.chat.records import LIVE, ChatMessage, ChatTurn, message_json, turn_json
@@ -40,6 +43,7 @@ class Accepted:
     body: bytes  # the 202 answer's bytes (stored with the key; a replay sends them again)
     replayed: bool
     retitled: bool  # the first message titled the conversation (conversation.updated)
+    attachments: tuple[dict[str, Any], ...] = ()  # the message's attachments, as JSON
 
 
 def auto_title(text: str) -> str:
@@ -79,7 +83,14 @@ class ChatTurns:
     # --- writes --------------------------------------------------------------------------------------------------
 
     def accept(
-        self, account: Account, conversation_id: str, *, text: str, body: dict[str, Any], key: str | None
+        self,
+        account: Account,
+        conversation_id: str,
+        *,
+        text: str,
+        body: dict[str, Any],
+        key: str | None,
+        attachment_ids: Sequence[str] = (),
     ) -> Accepted:
         """Accept the owner's message ``text`` (already checked) as a new turn; ``body`` is the request body,
         whose canonical JSON digest an ``Idempotency-Key`` is bound to."""
@@ -100,6 +111,10 @@ class ChatTurns:
             if replay is not None:
                 return replay
             self._check_open(conversation)
+            for attachment_id in attachment_ids:  # this conversation's (404), still uploaded (409) - before the rest
+                held = attachments.get(tx, conversation_id, attachment_id)
+                if held.state != "uploaded":
+                    raise TalariaError("attachment_used", "an attachment is already in a message")
             if self.live(tx, conversation_id) is not None:
                 raise TalariaError("turn_in_progress", "this conversation already has a turn in progress")
             self._check_room(tx, account)
@@ -108,6 +123,8 @@ class ChatTurns:
                 tx, conversation_id,
                 NewMessage(role="user", author=account.username, content=text, turn_id=turn_id, id=message_id), now,
             )  # fmt: skip
+            held_now = attachments.attach(tx, conversation_id, list(attachment_ids), message.id, now)
+            shown = [attachment_json(a) for a in held_now]
             tx.run(
                 "chat_turn_insert", id=turn_id, conversation_id=conversation_id, tenant=account.tenant,
                 owner=account.username, state="pending", trigger="user", trigger_message_id=message.id,
@@ -120,16 +137,18 @@ class ChatTurns:
             audit.append(
                 tx, now_ms=now, type="chat.turn.started", tenant=account.tenant, actor=owner_actor(account),
                 subject=audit.Subject(conversation=conversation_id, turn=turn_id), from_state=None, to_state="pending",
-                evidence=audit.Evidence("chat_message", self.key.digest({"attachments": [], "text": text})),
+                evidence=audit.Evidence(
+                    "chat_message", self.key.digest({"attachments": [a.sha256 for a in held_now], "text": text})
+                ),
             )  # fmt: skip
             turn = self._get(tx, account, conversation_id, turn_id)
-            answer = canonical_json({"message": message_json(message), "turn": turn_json(turn)})
+            answer = canonical_json({"message": message_json(message, shown), "turn": turn_json(turn)})
             if key_hash is not None:
                 tx.run(
                     "chat_turn_keep_answer", id=turn_id, key_hash=key_hash, request_digest=request_digest,
                     response_body=answer,
                 )  # fmt: skip
-        return Accepted(turn, message, answer, replayed=False, retitled=retitled)
+        return Accepted(turn, message, answer, replayed=False, retitled=retitled, attachments=tuple(shown))
 
     def stop(self, account: Account, conversation_id: str, turn_id: str) -> tuple[ChatTurn, Ended | None]:
         """Ask a turn to stop (chat.md 5.6): a terminal one is 409 ``turn_finished``; a queued or pending one ends

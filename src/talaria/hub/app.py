@@ -25,7 +25,7 @@ from talaria.hub.api import jobs as api_jobs
 from talaria.hub.api import runner_admin
 from talaria.hub.api import sources as api_sources
 from talaria.hub.api import tasks as api_tasks
-from talaria.hub.chat import bots_api, conversations_api, stream_api, turns_api
+from talaria.hub.chat import attachments_api, bots_api, conversations_api, stream_api, turns_api
 from talaria.hub.middleware import AccessLog, BodyLimit, HeadAsGet, SafetyHeaders
 from talaria.hub.resources import Hub, open_hub
 from talaria.hub.runners import machine_api
@@ -107,7 +107,7 @@ def create_app(
     app.state.pages = Pages(clock.now_ms)
     routers = (
         api_auth.router, api_accounts.router, api_tasks.router, api_jobs.router, bots_api.router,
-        conversations_api.router, turns_api.router, stream_api.router, ops.router,
+        conversations_api.router, turns_api.router, attachments_api.router, stream_api.router, ops.router,
     )  # fmt: skip
     documented = (*routers, runner_admin.router, api_sources.router)  # the document's routes (ADR 0029)
     for router in documented:

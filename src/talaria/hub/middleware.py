@@ -11,8 +11,9 @@ pages, ``/healthz`` and ``/readyz`` answered as GET without a body; web-api.md 9
 from __future__ import annotations
 
 import asyncio
+import re
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import structlog
 from starlette.datastructures import MutableHeaders
@@ -20,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from talaria.canonical import canonical_json
 from talaria.hub.client_address import tcp_peer
-from talaria.limits import MAX_BODY_BYTES
+from talaria.limits import MAX_ATTACHMENT_BYTES, MAX_BODY_BYTES
 
 if TYPE_CHECKING:
     from talaria.hub.resources import Hub
@@ -60,9 +61,24 @@ _TOO_LARGE_HEADERS = [
 ]
 
 
-async def send_too_large(send: Send) -> None:
-    await send({"type": "http.response.start", "status": 413, "headers": _TOO_LARGE_HEADERS})
-    await send({"type": "http.response.body", "body": _TOO_LARGE})
+def too_large(code: str, message: str) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """A 413 answer's headers and canonical body."""
+    body = canonical_json({"code": code, "error": message})
+    return [(b"content-length", str(len(body)).encode()) if k == b"content-length" else (k, v)
+            for k, v in _TOO_LARGE_HEADERS], body  # fmt: skip
+
+
+# Routes whose bodies may be larger than MAX_BODY_BYTES: (path pattern, limit, the 413 answer).
+ATTACHMENT_UPLOAD = re.compile(r"^/api/conversations/[^/]+/attachments$")
+LARGER_BODIES: Final = (
+    (ATTACHMENT_UPLOAD, MAX_ATTACHMENT_BYTES, too_large("attachment_too_large", "an attachment is at most 10 MiB")),
+)
+
+
+async def send_too_large(send: Send, answer: tuple[list[tuple[bytes, bytes]], bytes] | None = None) -> None:
+    headers, body = answer if answer is not None else (_TOO_LARGE_HEADERS, _TOO_LARGE)
+    await send({"type": "http.response.start", "status": 413, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def declared_length(scope: Scope) -> int | None:
@@ -117,9 +133,13 @@ class BodyLimit:
         if scope["type"] != "http" or scope["path"].startswith(self.exempt_prefixes):
             await self.app(scope, receive, send)
             return
+        limit, answer = self.limit, (_TOO_LARGE_HEADERS, _TOO_LARGE)
+        for pattern, larger, refusal in LARGER_BODIES:
+            if scope["method"] == "POST" and pattern.match(scope["path"]):
+                limit, answer = larger, refusal
         declared = declared_length(scope)
-        if declared is not None and declared > self.limit:
-            await answer_and_close(scope, receive, send, 413, _TOO_LARGE_HEADERS, _TOO_LARGE)
+        if declared is not None and declared > limit:
+            await answer_and_close(scope, receive, send, 413, *answer)
             return
         # Buffer the whole body (at most the limit) before the app sees any of it, so that an
         # oversized body is refused without the route having acted on its first part.
@@ -131,10 +151,10 @@ class BodyLimit:
                 return  # the client went away
             chunk = message.get("body", b"")
             seen += len(chunk)
-            if seen > self.limit:
+            if seen > limit:
                 if message.get("more_body", False):
-                    await drain(receive, seen)
-                await send_too_large(send)
+                    await drain(receive, seen, max(DRAIN_LIMIT, 2 * limit))
+                await send_too_large(send, answer)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):

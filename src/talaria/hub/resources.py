@@ -8,6 +8,7 @@ import structlog
 
 from talaria.accounts.service import Accounts
 from talaria.accounts.throttle import LoginThrottle
+from talaria.chat.attachments import Attachments
 from talaria.chat.bots import Bots
 from talaria.chat.conversations import Conversations
 from talaria.chat.turns import ChatTurns
@@ -63,6 +64,7 @@ class Hub:
     conversations: Conversations
     chat_events: ChatEvents
     chat_turns: ChatTurns
+    chat_attachments: Attachments
     chat_engine: ChatEngine
     chat_streams: ChatStreams
 
@@ -71,6 +73,7 @@ class Hub:
         self.engine.expire_due()
         self.sessions.prune()
         self.chat_events.prune()
+        self.chat_attachments.sweep()
 
 
 def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None) -> Hub:
@@ -133,6 +136,7 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
         chat_events=chat_events,
         chat_turns=ChatTurns(store, clock, audit_key, bot_access.allowed, conversations, settings),
         chat_engine=chat_engine,
+        chat_attachments=Attachments(store, clock, conversations),
         chat_streams=ChatStreams(keepalive_s=timings.chat_keepalive_s),
     )
     hub.reaper = Reaper(hub.tick, settings.lifecycle_reaper_interval_s)

@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from talaria.accounts.service import Account
 from talaria.canonical import canonical_json
+from talaria.chat.attachments import attachment_json, of_messages
 from talaria.chat.records import ChatTurn, approval_json, message_json, turn_json
 from talaria.chat.turn_writes import pending
 from talaria.chat.turns import Accepted
@@ -98,13 +99,13 @@ async def send_message(conversation_id: ConversationId, request: Request, user: 
     await run_in_threadpool(hub.conversations.get, user.account, conversation_id)
     key = _key(request)
     text, attachments, body = turn_body(await request.body())
-    if attachments:  # attachments arrive with the upload route; none can be this conversation's yet
-        raise TalariaError("not_found", "no such attachment")
 
     def accept() -> Accepted:
         # committed and announced under the conversation's event lock: a snapshot is exactly the events up to its id
         with hub.chat_events.locked(conversation_id):
-            accepted = hub.chat_turns.accept(user.account, conversation_id, text=text, body=body, key=key)
+            accepted = hub.chat_turns.accept(
+                user.account, conversation_id, text=text, body=body, key=key, attachment_ids=attachments
+            )
             if not accepted.replayed:
                 _announce(hub, user.account, accepted)
         return accepted
@@ -118,7 +119,7 @@ async def send_message(conversation_id: ConversationId, request: Request, user: 
 
 def _announce(hub: Hub, account: Account, accepted: Accepted) -> None:
     conversation_id = accepted.turn.conversation_id
-    data = {"turn": turn_json(accepted.turn), "message": message_json(accepted.message)}
+    data = {"turn": turn_json(accepted.turn), "message": message_json(accepted.message, accepted.attachments)}
     hub.chat_events.emit(conversation_id, "turn.started", data)
     if accepted.retitled:
         conversation = hub.conversations.get(account, conversation_id)
@@ -137,13 +138,14 @@ async def list_messages(
         with hub.chat_events.locked(conversation_id), hub.store.read() as tx:
             hub.conversations.visible(tx, user.account, conversation_id)
             found = hub.chat_turns.messages(tx, conversation_id, before=before, limit=size + 1)
+            held = of_messages(tx, conversation_id)
             live = hub.chat_turns.live(tx, conversation_id)
             draft = hub.chat_engine.draft(conversation_id) if live is not None else None
             waiting = [approval_json(a) for a in pending(tx, live.id)] if live is not None else []
             last = hub.chat_events.last_event_id(conversation_id)
         more, page = len(found) > size, found[:size]
         return {
-            "messages": [message_json(m) for m in page],
+            "messages": [message_json(m, [attachment_json(a) for a in held.get(m.id, [])]) for m in page],
             "nextCursor": encode_cursor(page[-1].ordinal) if more else None,
             "lastEventId": last,
             "liveTurn": None if live is None else {"turn": turn_json(live), "draft": draft, "approvals": waiting},

@@ -14,11 +14,13 @@ from typing import Any
 import structlog
 
 from talaria.chat import prompt as prompts
+from talaria.chat.attachments import of_messages
 from talaria.chat.records import ChatTurn, message_json
 from talaria.chat.turn_writes import NewMessage, get_turn, next_state, set_turn, store_message
 from talaria.errors import TalariaError
 from talaria.hub.runners.connection_state import AccountRef
 from talaria.hub.runners.registry import RunnerRecord
+from talaria.hub.turns.chat_attach import send_attachments
 from talaria.hub.turns.chat_context import Place
 from talaria.hub.turns.chat_frames import TurnStream
 from talaria.hub.turns.chat_recovery import RecoveryEntries
@@ -68,7 +70,12 @@ class RunEntries(RecoveryEntries):
                 carry = prompts.NODE_CHANGED
             elif not result.resumed and conversation["hermes_session_id"] is not None:
                 carry = prompts.SESSION_RESTORED if result.resume_refused else prompts.SESSION_REPLACED
-            return await asyncio.to_thread(self._prompt, turn, conversation, carry, not result.resumed)
+            assert result.gateway is not None
+            refs = await send_attachments(
+                self.driver.channels, result.gateway, self.store, self.clock, runtime_id=result.runtime_id,
+                runner_id=runner.id, conversation_id=conversation["id"], message_id=turn.trigger_message_id,
+            )  # fmt: skip
+            return await asyncio.to_thread(self._prompt, turn, conversation, carry, not result.resumed, refs)
 
         async def before_submit(result: TurnResult) -> None:
             await asyncio.to_thread(self._submit_record, turn.id, runner, result, carry, node_changed)
@@ -132,19 +139,24 @@ class RunEntries(RecoveryEntries):
 
         self._write(self._conversation_of(turn_id), write)
 
-    def _prompt(self, turn: ChatTurn, conversation: Row, carry: str, new_session: bool) -> str:
+    def _prompt(self, turn: ChatTurn, conversation: Row, carry: str, new_session: bool, refs: list[str]) -> str:
         with self.store.read() as tx:
             trigger = tx.one("chat_message_get", conversation_id=conversation["id"], id=turn.trigger_message_id)
             earlier: list[prompts.Earlier] = []
             if carry != prompts.NONE:
                 rows = tx.all("chat_message_transcript", conversation_id=conversation["id"],
                               limit=prompts.CARRY_MESSAGES + 1)  # fmt: skip
-                earlier = [prompts.Earlier(r["role"], r["content"]) for r in rows if r["id"] != turn.trigger_message_id]
+                held = of_messages(tx, conversation["id"])
+                earlier = [
+                    prompts.Earlier(r["role"], r["content"], [(a.name, a.node_path) for a in held.get(r["id"], [])])
+                    for r in rows
+                    if r["id"] != turn.trigger_message_id
+                ]
         assert trigger is not None
         text = turn.prompt if turn.trigger == "automatic" and turn.prompt else trigger["content"]
         return prompts.prompt_text(
             text=text, instructions=conversation["bot_instructions"], new_session=new_session, carry=carry,
-            earlier=earlier,
+            earlier=earlier, file_refs=refs,
         )  # fmt: skip
 
     def _submit_record(

@@ -166,10 +166,10 @@ class TurnDriver:
                 )  # fmt: skip
                 await self.channels.bind_grant(grant, session)
                 renewal = asyncio.get_running_loop().create_task(self._renew(grant, result, profile))
+            if prompt_for is not None:  # before the submit record: it may send attachments (chat.md 5.3 step 7)
+                prompt = await prompt_for(result)
             if hooks is not None and hooks.before_submit is not None:
                 await hooks.before_submit(result)
-            if prompt_for is not None:
-                prompt = await prompt_for(result)
             text = f"{prompt}\n{marker}"  # the run marker on its own line at the end (runner-protocol.md 13)
             await self.channels.rpc(gateway, "prompt.submit", {"session_id": runtime_id, "text": text})
             submitted = True

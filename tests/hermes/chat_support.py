@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -131,6 +132,24 @@ def audit_verifies(data_dir: Path) -> bool:
     done = subprocess.run([sys.executable, "-m", "talaria", "audit", "verify", "--data-dir", str(data_dir)],
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     return done.returncode == 0
+
+
+def audit_dump(data_dir: Path) -> str:
+    """Every audit row of the hub's database as text (to scan for message text, which must never be there)."""
+    conn = sqlite3.connect(data_dir / "talaria.sqlite3")
+    try:
+        return "\n".join(str(row) for row in conn.execute("SELECT * FROM audit_event"))
+    finally:
+        conn.close()
+
+
+def assert_text_kept_out(texts: list[str], data_dir: Path, *logs: str) -> None:
+    """Chat.md 2, 8: message text never enters the audit table or the logs."""
+    dump = audit_dump(data_dir)
+    for text in texts:
+        assert text not in dump, "message text in the audit table"
+        for log in logs:
+            assert text not in log, "message text in a log"
 
 
 def ended(turn_id: str) -> Callable[[list[tuple[int | None, str, dict[str, Any]]]], bool]:

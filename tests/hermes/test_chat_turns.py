@@ -12,7 +12,17 @@ import pytest
 
 from talaria.testing.model_server import reply, slow, when
 from tests.conftest import add_account, login
-from tests.hermes.chat_support import Stream, audit_verifies, ended, make_bot, messages, send, start_chat, wait_turn
+from tests.hermes.chat_support import (
+    Stream,
+    assert_text_kept_out,
+    audit_verifies,
+    ended,
+    make_bot,
+    messages,
+    send,
+    start_chat,
+    wait_turn,
+)
 from tests.hermes.conftest import Node
 
 
@@ -30,7 +40,9 @@ def _requests_with(node: Node, text: str) -> list[str]:
     return [r.last_user or "" for r in node.model.chat_requests() if r.tools and text in (r.last_user or "")]
 
 
-def test_a_reply_streams_live_and_the_next_turn_resumes_the_session(node: Node, alice: httpx.Client) -> None:
+def test_a_reply_streams_live_and_the_next_turn_resumes_the_session(
+    node: Node, alice: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
     node.model.script(when("hello", slow("Hello there, I am Helper and I stream.", chunk_delay_s=0.02)),
                       when("again", reply("Second answer.")))  # fmt: skip
     bot_id = make_bot(alice, instructions="Answer briefly.")
@@ -81,6 +93,8 @@ def test_a_reply_streams_live_and_the_next_turn_resumes_the_session(node: Node, 
     assert conversation["runnerId"] == node.runner_id and conversation["hermesSessionId"]
     stream.close()
     assert audit_verifies(node.server.settings.data_dir)
+    said = ["Hello there, I am Helper and I stream.", "again please", "Second answer.", "Answer briefly."]
+    assert_text_kept_out(said, node.server.settings.data_dir, caplog.text, node.runner.stderr, node.runner.stdout)
 
 
 def test_one_live_turn_per_conversation_and_a_key_replays_the_accepted_send(node: Node, alice: httpx.Client) -> None:

@@ -7,7 +7,8 @@ so the API's checks (session, CSRF and Origin, admin) are the only ones. ``…/l
 of a page that changes (node status, job and task state) for the page's short polling.
 
 Without a session a page redirects to ``/login?next=<path>``; a live part answers 401 ``unauthenticated``. What
-every page shares (the viewer, the sign-in redirect, rendering, the error pages) is ``frame.py``'s.
+every page shares (the viewer, the sign-in redirect, rendering, the error pages) is ``frame.py``'s; the chat
+pages are ``chat_pages.py``'s.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from talaria.hub.api import tasks as api_tasks
 from talaria.hub.api.runner_admin import summary
 from talaria.hub.api.websession import WebUser
 from talaria.hub.resources import Hub
+from talaria.hub.web import chat_pages
 from talaria.hub.web.frame import (
     hub_of,
     link,
@@ -271,5 +273,8 @@ async def account_page(request: Request, username: str) -> Response:
     return render(request, user, "account.html", title=f"Account {username}", section="settings",
                    sub="accounts", account=account.as_json(), me=user.account.username)  # fmt: skip
 
+
+# The chat pages (chat.md 6) are their own module; the app includes this one router.
+router.include_router(chat_pages.router)
 
 __all__ = ["not_found_page", "router"]

@@ -3,6 +3,7 @@ waiting for an offline node and stopped, refusals in the alerts, the stream's re
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 
@@ -288,3 +289,61 @@ def test_a_long_conversation_links_to_its_older_messages(
     page.get_by_role("link", name="Back to the newest").click()
     expect(articles).to_have_count(50)
     expect(page.get_by_role("textbox", name="Message")).to_be_visible()
+
+
+def _sse(events: list[tuple[int, str, dict[str, object]]]) -> str:
+    return "".join(f"id: {i}\nevent: {kind}\ndata: {json.dumps(data)}\n\n" for i, kind, data in events)
+
+
+def test_approval_cards_come_from_the_stream_and_answer_through_the_api(
+    chat_hub: HubServer, browsers: Browsers, alice: httpx.Client
+) -> None:
+    """The hub emits no approval events before the approvals route exists: the stream is played by the test, twice
+    (the browser reconnects after it ends), so each card is also shown once per id."""
+    _register_offline_node(chat_hub)
+    conversation_id = start_chat(alice, make_bot(alice, "Writer", profile="work"))
+    sent = alice.post(f"/api/conversations/{conversation_id}/turns", json={"text": "tidy the disk"})
+    turn_id = sent.json()["turn"]["id"]
+    base = {"turnId": turn_id, "state": "pending", "description": None, "command": None, "question": None,
+            "choices": [], "choice": None, "createdAt": 0, "resolvedAt": None}  # fmt: skip
+    danger = base | {"id": "apr_1", "kind": "approval", "description": "Delete the cache", "command": "rm -rf ~/.cache"}
+    asked = base | {"id": "apr_2", "kind": "clarify", "question": "Which folder?", "choices": ["Downloads", "Music"]}
+    done = base | {"id": "apr_3", "kind": "approval", "description": "Reboot", "command": "reboot"}
+    c = {"conversationId": conversation_id}
+    played = _sse([
+        (10**9, "approval.requested", c | {"turnId": turn_id, "approval": danger}),
+        (10**9 + 1, "approval.requested", c | {"turnId": turn_id, "approval": asked}),
+        (10**9 + 2, "approval.requested", c | {"turnId": turn_id, "approval": done}),
+        (10**9 + 3, "approval.resolved", c | {"turnId": turn_id, "approval": done | {"state": "denied"}}),
+    ])  # fmt: skip
+    watched = browsers.context()
+    answers = f"/api/conversations/{conversation_id}/turns/{turn_id}/approvals"
+    watched.expect_refusal(answers)
+    page = watched.page()
+    sign_in(page, chat_hub, "alice")
+    stream = {"Content-Type": "text/event-stream"}
+    page.route(re.compile(rf"/api/conversations/{conversation_id}/events"),
+               lambda route: route.fulfill(status=200, headers=stream, body=played))  # fmt: skip
+    page.goto(f"{chat_hub.url}/chats/{conversation_id}")
+    needed = page.get_by_role("group", name="Approval needed")
+    expect(needed).to_have_count(2)
+    expect(needed.first).to_contain_text("rm -rf ~/.cache")
+    expect(needed.last).to_contain_text("Denied")
+    expect(needed.last.get_by_role("button")).to_have_count(0)
+    question = page.get_by_role("group", name="Question from Writer")
+    expect(question.get_by_role("button", name="Downloads")).to_be_visible()
+    expect(question.get_by_role("textbox", name="Your answer")).to_be_visible()
+    expect(question.get_by_role("button", name="Reply")).to_be_visible()
+    with page.expect_request(re.compile(rf"/api/conversations/{conversation_id}/events")):
+        pass  # the played stream ended: the browser reconnects and gets the same ids again
+    expect(page.get_by_role("button", name="Approve")).to_have_count(1)
+    expect(page.get_by_role("button", name="Deny")).to_have_count(1)
+    with page.expect_request(lambda r: r.url.endswith(answers)) as posted:
+        needed.first.get_by_role("button", name="Approve").click()
+    assert json.loads(posted.value.post_data or "{}") == {"approvalId": "apr_1", "choice": "once"}
+    expect(needed.first.get_by_role("alert")).to_have_text(re.compile(r"\[(not_found|method_not_allowed)\]$"))
+    question.get_by_role("textbox", name="Your answer").fill("Downloads, but only old files")
+    with page.expect_request(lambda r: r.url.endswith(answers)) as replied:
+        question.get_by_role("button", name="Reply").click()
+    assert json.loads(replied.value.post_data or "{}") == {"approvalId": "apr_2",
+                                                           "answer": "Downloads, but only old files"}  # fmt: skip

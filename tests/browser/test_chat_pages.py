@@ -347,3 +347,21 @@ def test_approval_cards_come_from_the_stream_and_answer_through_the_api(
         question.get_by_role("button", name="Reply").click()
     assert json.loads(replied.value.post_data or "{}") == {"approvalId": "apr_2",
                                                            "answer": "Downloads, but only old files"}  # fmt: skip
+
+
+def test_the_chat_list_links_to_older_conversations(
+    chat_hub: HubServer, browsers: Browsers, alice: httpx.Client
+) -> None:
+    _register_offline_node(chat_hub)
+    bot_id = make_bot(alice, "Writer", profile="work")
+    made = {f"/chats/{start_chat(alice, bot_id)}" for _ in range(51)}  # one more than a page
+    page = _open(browsers, chat_hub, "/chats")
+    links = page.locator("table.list tbody tr a")
+    expect(links).to_have_count(50)
+    newest = {links.nth(i).get_attribute("href") for i in range(50)}
+    page.get_by_role("link", name="Older conversations").click()
+    expect(links).to_have_count(1)
+    assert newest | {links.first.get_attribute("href")} == made
+    expect(page.get_by_role("link", name="Older conversations")).to_have_count(0)
+    page.get_by_role("link", name="Back to the newest").click()
+    expect(links).to_have_count(50)

@@ -157,8 +157,16 @@ def test_a_turn_waits_for_its_node_and_stops_and_the_page_is_renamed_and_archive
     page.get_by_label("Attach files").set_input_files(
         files=[{"name": "notes.txt", "mimeType": "text/plain", "buffer": b"some notes"}]
     )
+    # Without the upload route (main before chat.md 3.4) the refusal shows in the composer's alert; with it, the file
+    # is a pending attachment until Send, and Remove deletes it.
     composer = page.get_by_role("form", name="Write to Writer")
-    expect(composer.get_by_role("alert")).to_have_text(re.compile(r".+ \[(not_found|method_not_allowed)\]$"))
+    refused = composer.get_by_role("alert").filter(has_text=re.compile(r" \[(not_found|method_not_allowed)\]$"))
+    remove = composer.get_by_role("button", name="Remove notes.txt")
+    expect(refused.or_(remove)).to_be_visible()
+    if remove.count():
+        remove.click()
+        expect(remove).to_have_count(0)
+        expect(message).to_be_focused()
 
     page.get_by_role("button", name="Rename").click()
     title = page.get_by_role("textbox", name="Title")
@@ -341,7 +349,7 @@ def test_approval_cards_come_from_the_stream_and_answer_through_the_api(
     with page.expect_request(lambda r: r.url.endswith(answers)) as posted:
         needed.first.get_by_role("button", name="Approve").click()
     assert json.loads(posted.value.post_data or "{}") == {"approvalId": "apr_1", "choice": "once"}
-    expect(needed.first.get_by_role("alert")).to_have_text(re.compile(r"\[(not_found|method_not_allowed)\]$"))
+    expect(needed.first.get_by_role("alert")).to_have_text(re.compile(r" \[[a-z_]+\]$"))  # no such approval
     question.get_by_role("textbox", name="Your answer").fill("Downloads, but only old files")
     with page.expect_request(lambda r: r.url.endswith(answers)) as replied:
         question.get_by_role("button", name="Reply").click()

@@ -20,8 +20,12 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Playwright, sync_playwright
 
 from talaria.clock import SystemClock
+from talaria.hub.timings import HubTimings
 from talaria.testing.hub_server import HubServer
+from talaria.testing.model_server import ModelServer
+from talaria.testing.real_hermes import RealHermes
 from tests.conftest import PASSWORD, add_account
+from tests.integration.runner_support import RunnerProcess, register_node
 
 ROOT = Path(__file__).resolve().parents[2]
 PHONE = {"width": 390, "height": 844}
@@ -143,6 +147,36 @@ def hub(tmp_path: Path) -> Iterator[HubServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def chat_hub(tmp_path: Path) -> Iterator[HubServer]:
+    """A hub for the chat pages: alice may use ``default`` and ``work`` on ``local`` (chat.md 9), bob ``default``;
+    a stream's keepalive (and so its session check) comes after 0.5 s of silence."""
+    server = HubServer(tmp_path / "data", SystemClock(), timings=HubTimings(chat_keepalive_s=0.5)).start()
+    add_account(server, "root", "admin", allowed_profiles={"local": ["default"]})
+    add_account(server, "alice", allowed_profiles={"local": ["default", "work"]})
+    add_account(server, "bob", allowed_profiles={"local": ["default"]})
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def chat_node(
+    chat_hub: HubServer, model: ModelServer, tmp_path: Path, hermes_executable: Path
+) -> Iterator[RunnerProcess]:
+    """A real Hermes (profiles ``default`` and ``work``) and a connected runner for source ``local``, node ``node``."""
+    with RealHermes(tmp_path / "hermes", model.base_url, profiles=("work",)) as hermes:
+        config = register_node(chat_hub, tmp_path / "node", hermes_url=hermes.url, session_token=hermes.session_token,
+                               allowedProfiles=["default", "work"])  # fmt: skip
+        runner = RunnerProcess(config, tmp_path / "logs")
+        try:
+            runner.wait_for("runner connected")
+            yield runner
+        finally:
+            runner.close()
 
 
 def sign_in(page: Page, hub: HubServer, username: str, password: str = PASSWORD) -> None:

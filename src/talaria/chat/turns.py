@@ -75,6 +75,15 @@ class ChatTurns:
         row = tx.one("chat_turn_live", conversation_id=conversation_id)
         return ChatTurn.from_row(row) if row is not None else None
 
+    def message(self, account: Account, conversation_id: str, message_id: str) -> ChatMessage:
+        """One stored message of the owner's conversation; 404 ``not_found`` if either is not theirs."""
+        with self.store.read() as tx:
+            self.conversations.visible(tx, account, conversation_id)
+            row = tx.one("chat_message_get", conversation_id=conversation_id, id=message_id)
+        if row is None:
+            raise TalariaError("not_found", "no such message")
+        return ChatMessage.from_row(row)
+
     def messages(self, tx: Tx, conversation_id: str, *, before: int | None, limit: int) -> list[ChatMessage]:
         """A page of the conversation's messages, newest first by ordinal, below ``before``."""
         rows = tx.all("chat_message_page", conversation_id=conversation_id, before=before, limit=limit)

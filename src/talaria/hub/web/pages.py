@@ -6,15 +6,16 @@ the API would not (no runner token, no token hash, no other tenant's objects). E
 so the API's checks (session, CSRF and Origin, admin) are the only ones. ``…/live`` routes answer the part
 of a page that changes (node status, job and task state) for the page's short polling.
 
-Without a session a page redirects to ``/login?next=<path>``; a live part answers 401 ``unauthenticated``.
+Without a session a page redirects to ``/login?next=<path>``; a live part answers 401 ``unauthenticated``. What
+every page shares (the viewer, the sign-in redirect, rendering, the error pages) is ``frame.py``'s; the chat
+pages are ``chat_pages.py``'s.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
@@ -26,10 +27,22 @@ from talaria.hub.api import jobs as api_jobs
 from talaria.hub.api import sources as api_sources
 from talaria.hub.api import tasks as api_tasks
 from talaria.hub.api.runner_admin import summary
-from talaria.hub.api.websession import COOKIE, WebUser
-from talaria.hub.errors import error_response
+from talaria.hub.api.websession import WebUser
 from talaria.hub.resources import Hub
-from talaria.hub.web.render import Pages
+from talaria.hub.web import chat_pages
+from talaria.hub.web.frame import (
+    hub_of,
+    link,
+    not_found_page,
+    page_of,
+    page_user,
+    pager,
+    part_of,
+    part_user,
+    refused,
+    render,
+    viewer,
+)
 from talaria.lifecycle.machine import TASK_FINAL, TERMINAL, JobState, TaskState
 from talaria.runner_json import DEFAULT_HERMES_URL
 
@@ -40,40 +53,6 @@ JOB_STATES = [s.name for s in JobState]
 PAGE_SIZE = 50
 
 
-def _link(path: str, **params: str | None) -> str:
-    """``path`` with the given query parameters, leaving out the empty ones."""
-    query = urlencode({k: v for k, v in params.items() if v})
-    return f"{path}?{query}" if query else path
-
-
-def _pager(path: str, cursor: str | None, next_cursor: str | None, **params: str | None) -> dict[str, str | None]:
-    """The links of ``parts/pager.html``: older entries (the list's ``nextCursor``) and, on a later page, the
-    newest ones; ``params`` (a state filter) are kept."""
-    return {
-        "older": _link(path, **params, cursor=next_cursor) if next_cursor else None,
-        "newest": _link(path, **params) if cursor else None,
-    }
-
-
-def _hub(request: Request) -> Hub:
-    hub: Hub = request.app.state.hub
-    return hub
-
-
-def _pages(request: Request) -> Pages:
-    pages: Pages = request.app.state.pages
-    return pages
-
-
-async def _viewer(request: Request) -> WebUser | None:
-    return await run_in_threadpool(_hub(request).sessions.lookup, request.cookies.get(COOKIE))
-
-
-def _to_login(request: Request) -> Response:
-    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
-
-
 def _safe_next(raw: str | None) -> str:
     """Only a path on this hub (no scheme, no host, no ``//``; no braces, which app.js would fill from the
     sign-in answer): anything else becomes ``/tasks``."""
@@ -81,75 +60,6 @@ def _safe_next(raw: str | None) -> str:
         return "/tasks"
     parts = urlsplit(raw)
     return raw if not parts.scheme and not parts.netloc else "/tasks"
-
-
-def _render(request: Request, user: WebUser | None, template: str, status: int = 200, **context: Any) -> Response:
-    base = {
-        "user": user,
-        "csrf": user.csrf_token if user else "",
-        "path": request.url.path,
-        "section": None,
-        "sub": None,
-    }
-    return _pages(request).render(template, status, **(base | context))
-
-
-def _refused(request: Request, user: WebUser | None, error: TalariaError) -> Response:
-    return _render(request, user, "error.html", error.status, code=error.code, message=error.message,
-                   title="Not possible")  # fmt: skip
-
-
-async def not_found_page(request: Request) -> Response:
-    """The HTML 404 for a browser asking for an unknown path (``errors.install`` calls it)."""
-    user = await _viewer(request)
-    message = "There is no page at this address."
-    return _render(request, user, "error.html", 404, code="not_found", message=message, title="Not found")
-
-
-async def _page(request: Request, admin: bool = False) -> WebUser | Response:
-    user = await _viewer(request)
-    if user is None:
-        return _to_login(request)
-    if admin and not user.is_admin:
-        return _refused(request, user, TalariaError("admin_required", "this page is for admins"))
-    return user
-
-
-async def _part(request: Request, admin: bool = False) -> WebUser | Response:
-    user = await _viewer(request)
-    if user is None:
-        return error_response(TalariaError("unauthenticated", "sign in first"))
-    if admin and not user.is_admin:
-        return error_response(TalariaError("admin_required", "this needs an admin account"))
-    return user
-
-
-ViewOf = Callable[[WebUser], Awaitable[dict[str, Any]]]
-
-
-async def _page_of(request: Request, template: str, view_of: ViewOf, **context: Any) -> Response:
-    """A page whose view may be refused (not found, a malformed cursor): the refusal becomes the error page.
-    The view's own keys (a ``title`` among them) win over ``context``."""
-    user = await _page(request)
-    if isinstance(user, Response):
-        return user
-    try:
-        view = await view_of(user)
-    except TalariaError as exc:
-        return _refused(request, user, exc)
-    return _render(request, user, template, **(context | view))
-
-
-async def _part_of(request: Request, template: str, view_of: ViewOf) -> Response:
-    """The live part of such a page: a refusal is the canonical JSON error."""
-    user = await _part(request)
-    if isinstance(user, Response):
-        return user
-    try:
-        view = await view_of(user)
-    except TalariaError as exc:
-        return error_response(exc)
-    return _render(request, user, template, **view)
 
 
 # --- sign-in ---------------------------------------------------------------------------------------------------
@@ -164,16 +74,16 @@ async def favicon() -> Response:
 
 @router.get("/")
 async def home(request: Request) -> Response:
-    user = await _viewer(request)
+    user = await viewer(request)
     return RedirectResponse("/tasks" if user else "/login", status_code=303)
 
 
 @router.get("/login")
 async def login_page(request: Request, next: str | None = None) -> Response:
     target = _safe_next(next)
-    if await _viewer(request) is not None:
+    if await viewer(request) is not None:
         return RedirectResponse(target, status_code=303)
-    return _render(request, None, "login.html", next=target, title="Sign in")
+    return render(request, None, "login.html", next=target, title="Sign in")
 
 
 # --- tasks -----------------------------------------------------------------------------------------------------
@@ -199,21 +109,21 @@ async def _task_choices(user: WebUser, hub: Hub) -> dict[str, Any]:
 
 
 async def _tasks_view(request: Request, user: WebUser, state: str | None, cursor: str | None) -> dict[str, Any]:
-    hub = _hub(request)
+    hub = hub_of(request)
     chosen = state if state in TASK_STATES else None
     listed = await api_tasks.list_tasks(user=user, hub=hub, state=chosen, limit=PAGE_SIZE, cursor=cursor)
-    pager = _pager("/tasks", cursor, listed["nextCursor"], state=chosen)
-    return {"tasks": listed["tasks"], "state": chosen, **pager, **await _task_choices(user, hub)}
+    links = pager("/tasks", cursor, listed["nextCursor"], state=chosen)
+    return {"tasks": listed["tasks"], "state": chosen, **links, **await _task_choices(user, hub)}
 
 
 @router.get("/tasks")
 async def tasks_page(request: Request, state: str | None = None, cursor: str | None = None) -> Response:
-    return await _page_of(request, "tasks.html", lambda user: _tasks_view(request, user, state, cursor),
+    return await page_of(request, "tasks.html", lambda user: _tasks_view(request, user, state, cursor),
                           title="Tasks", section="tasks", states=TASK_STATES)  # fmt: skip
 
 
 async def _task_view(request: Request, user: WebUser, task_id: str) -> dict[str, Any]:
-    hub = _hub(request)
+    hub = hub_of(request)
     task = (await api_tasks.get_task(task_id=task_id, user=user, hub=hub))["task"]
     job = (await api_jobs.get_job(job_id=task["jobId"], user=user, hub=hub))["job"] if task["jobId"] else None
     live = task["state"] not in TASK_FINAL or (job is not None and job["state"] not in TERMINAL)
@@ -222,12 +132,12 @@ async def _task_view(request: Request, user: WebUser, task_id: str) -> dict[str,
 
 @router.get("/tasks/{task_id}")
 async def task_page(request: Request, task_id: str) -> Response:
-    return await _page_of(request, "task.html", lambda user: _task_view(request, user, task_id), section="tasks")
+    return await page_of(request, "task.html", lambda user: _task_view(request, user, task_id), section="tasks")
 
 
 @router.get("/tasks/{task_id}/live")
 async def task_live(request: Request, task_id: str) -> Response:
-    return await _part_of(request, "parts/task_state.html", lambda user: _task_view(request, user, task_id))
+    return await part_of(request, "parts/task_state.html", lambda user: _task_view(request, user, task_id))
 
 
 # --- jobs and audit --------------------------------------------------------------------------------------------
@@ -235,27 +145,27 @@ async def task_live(request: Request, task_id: str) -> Response:
 
 async def _jobs_view(request: Request, user: WebUser, state: str | None, cursor: str | None) -> dict[str, Any]:
     chosen = state if state in JOB_STATES else None
-    hub = _hub(request)
+    hub = hub_of(request)
     found, next_cursor = await api_jobs.jobs_page(user, hub, state=chosen, cell=None, limit=PAGE_SIZE, cursor=cursor)
     jobs = [api_jobs.job_view(hub, item) | {"taskTitle": item.task_title} for item in found]
-    live_url = _link("/jobs/live", state=chosen, cursor=cursor)
-    pager = _pager("/jobs", cursor, next_cursor, state=chosen)
-    return {"jobs": jobs, "state": chosen, "live_url": live_url, **pager}
+    live_url = link("/jobs/live", state=chosen, cursor=cursor)
+    links = pager("/jobs", cursor, next_cursor, state=chosen)
+    return {"jobs": jobs, "state": chosen, "live_url": live_url, **links}
 
 
 @router.get("/jobs")
 async def jobs_page(request: Request, state: str | None = None, cursor: str | None = None) -> Response:
-    return await _page_of(request, "jobs.html", lambda user: _jobs_view(request, user, state, cursor),
+    return await page_of(request, "jobs.html", lambda user: _jobs_view(request, user, state, cursor),
                           title="Jobs", section="jobs", states=JOB_STATES)  # fmt: skip
 
 
 @router.get("/jobs/live")
 async def jobs_live(request: Request, state: str | None = None, cursor: str | None = None) -> Response:
-    return await _part_of(request, "parts/jobs.html", lambda user: _jobs_view(request, user, state, cursor))
+    return await part_of(request, "parts/jobs.html", lambda user: _jobs_view(request, user, state, cursor))
 
 
 async def _job_view(request: Request, user: WebUser, job_id: str) -> dict[str, Any]:
-    hub = _hub(request)
+    hub = hub_of(request)
     job = (await api_jobs.get_job(job_id=job_id, user=user, hub=hub))["job"]
     task = (await api_tasks.get_task(task_id=job["taskId"], user=user, hub=hub))["task"]
     audit = await api_jobs.list_audit(user=user, hub=hub, task=None, job=job_id, limit=100, cursor=None)
@@ -265,27 +175,27 @@ async def _job_view(request: Request, user: WebUser, job_id: str) -> dict[str, A
 
 @router.get("/jobs/{job_id}")
 async def job_page(request: Request, job_id: str) -> Response:
-    return await _page_of(request, "job.html", lambda user: _job_view(request, user, job_id), section="jobs")
+    return await page_of(request, "job.html", lambda user: _job_view(request, user, job_id), section="jobs")
 
 
 @router.get("/jobs/{job_id}/live")
 async def job_live(request: Request, job_id: str) -> Response:
-    return await _part_of(request, "parts/job_state.html", lambda user: _job_view(request, user, job_id))
+    return await part_of(request, "parts/job_state.html", lambda user: _job_view(request, user, job_id))
 
 
 async def _audit_view(request: Request, user: WebUser, cursor: str | None) -> dict[str, Any]:
     """An admin's view of the whole log; a user is pointed at their jobs' pages."""
     if not user.is_admin:
         return {"report": None, "events": [], "older": None, "newest": None}
-    hub = _hub(request)
+    hub = hub_of(request)
     listed = await api_jobs.list_audit(user=user, hub=hub, task=None, job=None, limit=PAGE_SIZE, cursor=cursor)
     report = await api_jobs.verify_audit(admin=user, hub=hub)
-    return {"report": report, "events": listed["events"], **_pager("/audit", cursor, listed["nextCursor"])}
+    return {"report": report, "events": listed["events"], **pager("/audit", cursor, listed["nextCursor"])}
 
 
 @router.get("/audit")
 async def audit_page(request: Request, cursor: str | None = None) -> Response:
-    return await _page_of(request, "audit.html", lambda user: _audit_view(request, user, cursor),
+    return await page_of(request, "audit.html", lambda user: _audit_view(request, user, cursor),
                           title="Audit", section="audit")  # fmt: skip
 
 
@@ -294,19 +204,19 @@ async def audit_page(request: Request, cursor: str | None = None) -> Response:
 
 @router.get("/settings")
 async def settings_page(request: Request) -> Response:
-    user = await _page(request)
+    user = await page_user(request)
     if isinstance(user, Response):
         return user
     if not user.is_admin:  # a user's settings are their own account's
         return RedirectResponse("/settings/password", status_code=303)
     nodes = await _nodes(request, user)
-    accounts = await api_accounts.list_accounts(admin=user, hub=_hub(request), limit=100, cursor=None)
-    return _render(request, user, "settings.html", title="Settings", section="settings", sub=None,
+    accounts = await api_accounts.list_accounts(admin=user, hub=hub_of(request), limit=100, cursor=None)
+    return render(request, user, "settings.html", title="Settings", section="settings", sub=None,
                    nodes=nodes, accounts=accounts["accounts"])  # fmt: skip
 
 
 async def _nodes(request: Request, user: WebUser) -> list[dict[str, Any]]:
-    hub = _hub(request)
+    hub = hub_of(request)
     records = await run_in_threadpool(hub.registry.all, user.account.tenant)
     listed = [summary(hub, record) for record in records]
     return sorted(listed, key=lambda n: (not n["enabled"], -n["createdAt"]))
@@ -315,50 +225,56 @@ async def _nodes(request: Request, user: WebUser) -> list[dict[str, Any]]:
 @router.get("/settings/password")
 async def password_page(request: Request, changed: int = 0) -> Response:
     """Settings → Your password, for everyone signed in (``POST /api/auth/password``)."""
-    user = await _page(request)
+    user = await page_user(request)
     if isinstance(user, Response):
         return user
-    return _render(request, user, "password.html", title="Your password", section="settings", sub="password",
+    return render(request, user, "password.html", title="Your password", section="settings", sub="password",
                    changed=changed == 1)  # fmt: skip
 
 
 @router.get("/settings/nodes")
 async def nodes_page(request: Request) -> Response:
-    user = await _page(request, admin=True)
+    user = await page_user(request, admin=True)
     if isinstance(user, Response):
         return user
-    hub = _hub(request)
-    return _render(request, user, "nodes.html", title="Execution nodes", section="settings", sub="nodes",
+    hub = hub_of(request)
+    return render(request, user, "nodes.html", title="Execution nodes", section="settings", sub="nodes",
                    nodes=await _nodes(request, user), hub_url=hub.settings.public_url,
                    hermes_url=DEFAULT_HERMES_URL)  # fmt: skip
 
 
 @router.get("/settings/nodes/live")
 async def nodes_live(request: Request) -> Response:
-    user = await _part(request, admin=True)
+    user = await part_user(request, admin=True)
     if isinstance(user, Response):
         return user
-    return _render(request, user, "parts/nodes.html", nodes=await _nodes(request, user))
+    return render(request, user, "parts/nodes.html", nodes=await _nodes(request, user))
 
 
 @router.get("/settings/accounts")
 async def accounts_page(request: Request) -> Response:
-    user = await _page(request, admin=True)
+    user = await page_user(request, admin=True)
     if isinstance(user, Response):
         return user
-    listed = await api_accounts.list_accounts(admin=user, hub=_hub(request), limit=100, cursor=None)
-    return _render(request, user, "accounts.html", title="Accounts", section="settings", sub="accounts",
+    listed = await api_accounts.list_accounts(admin=user, hub=hub_of(request), limit=100, cursor=None)
+    return render(request, user, "accounts.html", title="Accounts", section="settings", sub="accounts",
                    accounts=listed["accounts"])  # fmt: skip
 
 
 @router.get("/settings/accounts/{username}")
 async def account_page(request: Request, username: str) -> Response:
-    user = await _page(request, admin=True)
+    user = await page_user(request, admin=True)
     if isinstance(user, Response):
         return user
-    hub = _hub(request)
+    hub = hub_of(request)
     account = await run_in_threadpool(hub.accounts.get, username)
     if account is None or account.tenant != user.account.tenant:
-        return _refused(request, user, TalariaError("not_found", "no such account"))
-    return _render(request, user, "account.html", title=f"Account {username}", section="settings",
+        return refused(request, user, TalariaError("not_found", "no such account"))
+    return render(request, user, "account.html", title=f"Account {username}", section="settings",
                    sub="accounts", account=account.as_json(), me=user.account.username)  # fmt: skip
+
+
+# The chat pages (chat.md 6) are their own module; the app includes this one router.
+router.include_router(chat_pages.router)
+
+__all__ = ["not_found_page", "router"]

@@ -64,11 +64,18 @@ class Pages:
         self.env.filters["when"] = when
         self.env.filters["ago"] = self.ago
         self.env.filters["since"] = self.since
+        self.env.filters["clock"] = self.clock
         self.env.globals["JOB_FINAL"] = TERMINAL
         self.env.globals["TASK_FINAL"] = TASK_FINAL
 
     def ago(self, ms: int | None) -> str:
         return "never" if ms is None else f"{span((self.now_ms() - ms) / 1000)} ago"
+
+    def clock(self, ms: int) -> str:
+        """A message's time, ``04:31 UTC``, with its date in front when it is not today's (in UTC)."""
+        at = datetime.fromtimestamp(ms / 1000, tz=UTC)
+        today = datetime.fromtimestamp(self.now_ms() / 1000, tz=UTC).date()
+        return at.strftime("%H:%M UTC" if at.date() == today else "%Y-%m-%d %H:%M UTC")
 
     def since(self, ms: int | None) -> str:
         return "—" if ms is None else span((self.now_ms() - ms) / 1000)

@@ -88,6 +88,9 @@
     return `The hub answered ${response.status}.`;
   }
 
+  // chat.js (the conversation page) sends through the same helpers.
+  window.talaria = Object.freeze({ csrf, send, describe, showError });
+
   const afterSuccess = {
     registered: registered,
   };
@@ -127,6 +130,21 @@
     } finally {
       delete form.dataset.busy;
       buttons.forEach((b) => (b.disabled = false));
+    }
+  });
+
+  // --- a button that shows a hidden form ("Rename"): data-reveal names the form ------------------------------
+
+  document.addEventListener("click", (event) => {
+    const button = event.target instanceof Element ? event.target.closest("button[data-reveal]") : null;
+    if (!button) return;
+    const target = document.getElementById(button.dataset.reveal);
+    if (!target) return;
+    target.hidden = !target.hidden;
+    button.setAttribute("aria-expanded", String(!target.hidden));
+    if (!target.hidden) {
+      const field = target.querySelector("input, textarea, select");
+      if (field) field.focus();
     }
   });
 

@@ -73,6 +73,8 @@ class Stream:
         self.ended = False
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
+        # connected before the caller goes on: a stream that follows "now" must not miss what is sent next
+        self.wait_for(lambda _: self.status is not None or self.ended, timeout=30)
 
     def _read(self) -> None:
         try:

@@ -117,8 +117,9 @@ class ChatContext:
                        hermes_session_id=stored, session_reusable=int(reusable), now=now)  # fmt: skip
             return self.ended_events(ended)
 
-        with self.events.locked(self._conversation_of(turn_id)):
-            self._write(self._conversation_of(turn_id), write)
+        conversation_id = self._conversation_of(turn_id)
+        with self.events.locked(conversation_id):
+            self._write(conversation_id, write)
             if stream is not None:
                 stream.close()
 

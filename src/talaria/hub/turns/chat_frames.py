@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from talaria.chat import approvals
 from talaria.chat.records import ChatMessage, approval_json, message_json
-from talaria.chat.turn_writes import NewMessage, store_message
+from talaria.chat.turn_writes import NewMessage, cut_tool_text, store_message
 from talaria.clock import Clock
 from talaria.hub.chat.events import ChatEvents
 from talaria.hub.turns.driver import TurnResult
@@ -178,7 +178,7 @@ class TurnStream:
         def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
             tx.run(
                 "chat_message_finish_tool", conversation_id=self.conversation_id, turn_id=self.turn_id,
-                tool_id=tool_id, summary=str(summary)[:2000] if summary else None, duration_ms=duration_ms,
+                tool_id=tool_id, summary=cut_tool_text(str(summary)) if summary else None, duration_ms=duration_ms,
             )  # fmt: skip
             row = tx.one("chat_message_get", conversation_id=self.conversation_id, id=message_id)
             assert row is not None

@@ -234,5 +234,4 @@ class RunEntries(RecoveryEntries):
             stream.close()
         else:  # submitted, or maybe: never submit again; only the history can tell
             stream.close()
-            await asyncio.to_thread(self._lose, turn_id)
-            await self._recover(turn_id)
+            await self._recover(turn_id)  # which makes it recovering first

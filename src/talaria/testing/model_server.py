@@ -8,10 +8,11 @@ a ``context_length``), 404 to Hermes' other probes, and ``POST /v1/chat/completi
 Replies are deterministic. A ``Rule`` matches the last user message (substring or regex) and gives
 one ``Step`` per request of that turn: the n-th request after the user's message (counted by the
 assistant messages that follow it) gets ``steps[n]``, the last step repeating. Without a rule the
-reply is ``Scripted reply to: <prompt>``. Steps: ``reply(text)``, ``tool_call(tool, arguments)``
-(``tool`` a literal name, emitted even when not offered, or a ``ToolSelector`` over the offered
-tools), ``reply_with_tool_result(prefix)``, ``slow(...)`` delays, ``fail(status, body)``, ``cut()``
-(the stream stops mid-way) and ``hang()`` (no answer until the client gives up).
+reply is ``Scripted reply to: <prompt>``. Steps: ``reply(text)`` (streamed in chunks of ``chunk_chars``
+characters, 8 by default), ``tool_call(tool, arguments)`` (``tool`` a literal name, emitted even when not
+offered, or a ``ToolSelector`` over the offered tools), ``reply_with_tool_result(prefix)``, ``slow(...)``
+delays, ``fail(status, body)``, ``cut()`` (the stream stops mid-way) and ``hang()`` (no answer until the
+client gives up).
 
 Hermes' compression summary request (it begins "You are a summarization agent") gets a fixed summary
 before any rule is tried. Every request is logged (method, path, body, tool names offered, last user message) in order;
@@ -73,11 +74,19 @@ class Step:
     body: str = ""
     first_byte_delay_s: float = 0.0
     chunk_delay_s: float = 0.0
+    chunk_chars: int = CHUNK_CHARS  # characters of text per streamed chunk
     prompt_tokens: int | None = None  # reported usage instead of the estimate (large values make Hermes compress)
 
 
-def reply(text: str, *, first_byte_delay_s: float = 0.0, chunk_delay_s: float = 0.0) -> Step:
-    return Step("reply", text=text, first_byte_delay_s=first_byte_delay_s, chunk_delay_s=chunk_delay_s)
+def reply(
+    text: str, *, first_byte_delay_s: float = 0.0, chunk_delay_s: float = 0.0, chunk_chars: int = CHUNK_CHARS
+) -> Step:
+    """``text`` streamed in chunks of ``chunk_chars`` characters: the first after ``first_byte_delay_s``, then one
+    every ``chunk_delay_s``."""
+    if chunk_chars < 1:
+        raise ValueError("chunk_chars must be at least 1")
+    return Step("reply", text=text, first_byte_delay_s=first_byte_delay_s, chunk_delay_s=chunk_delay_s,
+                chunk_chars=chunk_chars)  # fmt: skip
 
 
 def tool_call(
@@ -88,9 +97,11 @@ def tool_call(
     return Step("tool_call", tool=tool, arguments=dict(arguments or {}), prompt_tokens=prompt_tokens)
 
 
-def slow(text: str, *, first_byte_delay_s: float = 0.0, chunk_delay_s: float = 0.05) -> Step:
+def slow(
+    text: str, *, first_byte_delay_s: float = 0.0, chunk_delay_s: float = 0.05, chunk_chars: int = CHUNK_CHARS
+) -> Step:
     """A reply that takes its time: a delay before the first byte and between chunks."""
-    return reply(text, first_byte_delay_s=first_byte_delay_s, chunk_delay_s=chunk_delay_s)
+    return reply(text, first_byte_delay_s=first_byte_delay_s, chunk_delay_s=chunk_delay_s, chunk_chars=chunk_chars)
 
 
 def reply_with_tool_result(prefix: str) -> Step:
@@ -367,10 +378,10 @@ class ModelServer:
             finish = "tool_calls"
         else:
             text = step.text if step.kind != "cut" else step.text[: max(1, len(step.text) // 2)]
-            for start in range(0, len(text), CHUNK_CHARS):
+            for start in range(0, len(text), step.chunk_chars):
                 if step.chunk_delay_s and start:
                     await asyncio.sleep(step.chunk_delay_s)
-                yield chunk({"content": text[start : start + CHUNK_CHARS]})
+                yield chunk({"content": text[start : start + step.chunk_chars]})
             if step.kind == "cut":
                 raise ConnectionAbortedError("scripted cut")  # the server drops the connection mid-stream
             finish = "stop"

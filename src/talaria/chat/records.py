@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from talaria.chat.usage import public as public_usage
 from talaria.store.interface import Row
 
 LIVE: Final = frozenset({"pending", "running", "recovering"})
@@ -153,7 +154,7 @@ def turn_json(turn: ChatTurn) -> dict[str, Any]:
         "createdAt": turn.created_at,
         "submittedAt": turn.submitted_at,
         "finishedAt": turn.finished_at,
-        "usage": turn.usage,
+        "usage": public_usage(turn.usage),
     }
 
 
@@ -181,7 +182,7 @@ def message_json(message: ChatMessage, attachments: Sequence[dict[str, Any]] = (
         "createdAt": message.created_at,
         "attachments": list(attachments),
         "tool": tool_json(message.tool),
-        "usage": message.usage,
+        "usage": public_usage(message.usage),
     }
 
 

@@ -6,7 +6,8 @@ end with its reply, ``chat.turn.ended`` and the events of that end."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
@@ -15,6 +16,8 @@ from talaria.accounts.service import Accounts
 from talaria.chat.bots import Allowed
 from talaria.chat.records import ChatTurn, approval_json, message_json, turn_json
 from talaria.chat.turn_writes import Ended, NewMessage, end_turn, get_turn
+from talaria.chat.usage import public as public_usage
+from talaria.chat.usage import turn_usage
 from talaria.clock import Clock
 from talaria.hub.chat.events import ChatEvents
 from talaria.hub.runners.connections import RunnerHub
@@ -108,11 +111,14 @@ class ChatContext:
             turn = get_turn(tx, turn_id)
             if turn.ended:
                 return []
+            usage = self._usage(tx, turn, stream)
+            stored_reply = replace(reply, usage=public_usage(usage)) if reply is not None and usage else reply
             ended = end_turn(tx, turn, state=state, code=code, error=error, actor=actor or self.actor(turn.tenant),
-                             key=self.key, now_ms=now,
-                             reply=reply, usage=stream.usage if stream is not None else None)  # fmt: skip
+                             key=self.key, now_ms=now, reply=stored_reply, usage=usage)  # fmt: skip
             if reusable is not None:
                 stored = stream.stored_id if stream is not None and stream.stored_id else turn.hermes_session_id
+                if stream is not None:
+                    stream.bound_id = stored
                 tx.run("chat_conversation_bind", id=turn.conversation_id, runner_id=turn.runner_id,
                        hermes_session_id=stored, session_reusable=int(reusable), now=now)  # fmt: skip
             return self.ended_events(ended)
@@ -122,6 +128,16 @@ class ChatContext:
             self._write(conversation_id, write)
             if stream is not None:
                 stream.close()
+
+    @staticmethod
+    def _usage(tx: Tx, turn: ChatTurn, stream: TurnStream | None) -> dict[str, Any] | None:
+        """The turn's usage from Hermes' totals at its message.complete (chat/usage.py); None without them."""
+        if stream is None or stream.totals is None:
+            return None
+        row = tx.one("chat_turn_last_usage", conversation_id=turn.conversation_id)
+        before = json.loads(row["usage"]) if row is not None else None
+        resumed = stream.result is not None and stream.result.resumed
+        return turn_usage(stream.totals, stream.model, resumed=resumed, before=before)
 
     @staticmethod
     def ended_events(ended: Ended) -> list[tuple[str, dict[str, Any]]]:

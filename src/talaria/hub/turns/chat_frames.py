@@ -21,6 +21,7 @@ from typing import Any, Final
 from talaria.chat import approvals
 from talaria.chat.records import ChatMessage, approval_json, message_json
 from talaria.chat.turn_writes import NewMessage, cut_tool_text, store_message
+from talaria.chat.usage import totals_of
 from talaria.clock import Clock
 from talaria.hub.chat.events import ChatEvents
 from talaria.hub.turns.driver import TurnResult
@@ -52,7 +53,9 @@ class TurnStream:
     bot_id: str
     drafts: dict[str, Draft]  # the engine's, by conversation: what a snapshot shows
     stored_id: str | None = None
-    usage: dict[str, Any] | None = None
+    bound_id: str | None = None  # the stored session the turn's end bound the conversation to
+    totals: dict[str, int] | None = None  # Hermes' session totals at its message.complete (chat/usage.py)
+    model: str = ""
     closed: bool = False  # the turn ended: later frames are dropped
     replied: bool = False  # Hermes' message.complete arrived: only the end-of-turn session.info follows
     answers: set[asyncio.Task[Any]] = field(default_factory=set)  # answers to approvals in flight
@@ -100,6 +103,9 @@ class TurnStream:
             self._session_info(frame)
         elif kind == "message.complete":
             self.replied = True
+            self.totals = totals_of(payload)
+            usage = payload.get("usage")
+            self.model = str(usage.get("model") or "") if isinstance(usage, dict) else ""
 
     def _session_info(self, frame: dict[str, Any]) -> None:
         raw = frame.get("payload")
@@ -107,9 +113,6 @@ class TurnStream:
         stored = payload.get("stored_session_id")
         if isinstance(stored, str) and stored:
             self.stored_id = stored
-        usage = payload.get("usage")
-        if isinstance(usage, dict):
-            self.usage = usage
 
     def delta(self, text: str) -> None:
         if not text:

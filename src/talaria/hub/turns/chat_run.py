@@ -83,14 +83,17 @@ class RunEntries(RecoveryEntries):
         async def after_submit(result: TurnResult) -> None:
             await asyncio.to_thread(self._submitted, turn.id)
 
+        async def on_result(result: TurnResult) -> None:  # the end is stored before the channel's cleanup
+            await self._finish(turn.id, stream, result, stop.is_set())
+
         self.per_runner[runner.id] = self.per_runner.get(runner.id, 0) + 1
         try:
-            result = await self.driver.run(
+            await self.driver.run(
                 runner_id=runner.id, account=AccountRef(turn.owner, turn.tenant, turn.auth_version),
                 profile=conversation["bot_profile"], work_id=conversation["id"], prompt="", tools=False,
                 deadline_ms=self.clock.now_ms() + self.settings.chat_turn_max_s * 1000,
                 hooks=TurnHooks(before_submit, after_submit, interrupt_abandoned=lambda: not self.stopping,
-                                before_close=stream.settle_answers, read_session_info=True),
+                                before_close=stream.settle_answers, on_result=on_result, read_session_info=True),
                 resume_id=resume_id, marker=f"[talaria-run:{turn.id}:{turn.trigger_message_id}]",
                 on_frame=stream.on_frame, stop=stop, prompt_for=prompt_for,
             )  # fmt: skip
@@ -100,7 +103,15 @@ class RunEntries(RecoveryEntries):
         finally:
             self.per_runner[runner.id] -= 1
             self.streams.pop(turn.id, None)
-        await self._finish(turn.id, stream, result, stop.is_set())
+        if stream.bound_id is not None and stream.stored_id not in (None, stream.bound_id):
+            await asyncio.to_thread(self._session_moved, conversation["id"], runner.id, stream.bound_id,
+                                    str(stream.stored_id))  # fmt: skip
+
+    def _session_moved(self, conversation_id: str, runner_id: str, was: str, now_id: str) -> None:
+        """The end-of-turn ``session.info`` named a new stored session (chat.md 2, Binding)."""
+        with self.store.write() as tx:
+            tx.run("chat_conversation_session_moved", id=conversation_id, runner_id=runner_id, was=was,
+                   hermes_session_id=now_id, now=self.clock.now_ms())  # fmt: skip
 
     async def _wait_for_runner(self, turn: ChatTurn, stop: asyncio.Event) -> Place | None:
         """The place to run ``turn`` once its runner is connected and has room; None if the turn ended meanwhile
@@ -204,6 +215,9 @@ class RunEntries(RecoveryEntries):
             state, code, error = "completed", None, None
             reply = NewMessage(role="assistant", author=stream.bot_id, content=result.text, turn_id=turn_id,
                                status="complete", final=True, id=stream.draft.message_id)  # fmt: skip
+        elif status == "error" and result.error is not None:  # an error event: no message.complete follows
+            state, code, error = "failed", "hermes_error", "Hermes reported an error"
+            reply = self._partial(stream)
         elif status == "error":
             state, code, error = "failed", "hermes_error", "Hermes reported an error"
             reply = NewMessage(role="assistant", author=stream.bot_id, content=result.text, turn_id=turn_id,

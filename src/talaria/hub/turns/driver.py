@@ -51,6 +51,7 @@ class TurnResult:
     resumed: bool = False  # the turn ran in a resumed stored session
     resume_refused: str | None = None  # the code refusing the asked resume (a new session was created instead)
     gateway: Gateway | None = None  # the turn's channel while it runs (chat answers approvals through it)
+    error: str | None = None  # Hermes' error event that ended the turn without a message.complete
 
     def deltas(self) -> list[str]:
         return [str(e.get("payload", {}).get("text", "")) for e in self.events if e.get("type") == "message.delta"]
@@ -69,8 +70,11 @@ class TurnHooks:
     interrupt_abandoned: Callable[[], bool] | None = None
     # awaited before the turn's grant and channel close (chat: answers to approvals still in flight)
     before_close: Callable[[], Awaitable[None]] | None = None
-    # chat.md 5.3 step 10: after message.complete, read on until the end-of-turn session.info (at most
-    # SESSION_INFO_WAIT_S) before the channel closes
+    # chat.md 5.3 step 10: awaited once the reply is in (Hermes' message.complete, or its error) and the answers
+    # in flight settled, before the grant closes: chat stores the turn's end here, before the channel's cleanup
+    on_result: Callable[[TurnResult], Awaitable[None]] | None = None
+    # chat.md 5.3 step 10: then read on until the end-of-turn session.info (at most SESSION_INFO_WAIT_S) before
+    # the channel closes
     read_session_info: bool = False
 
 
@@ -147,7 +151,7 @@ class TurnDriver:
         grant: Grant | None = None
         renewal: asyncio.Task[None] | None = None
         active = True
-        submitted = finished = False
+        submitted = finished = settled = False
         try:
             result = await self._open_session(gateway, profile, marker, resume_id)
             runtime_id = result.runtime_id
@@ -178,9 +182,18 @@ class TurnDriver:
             await self._collect(
                 gateway, result, on_event, deadline_ms=deadline_ms, grant=grant, on_frame=on_frame, stop=stop
             )
-            if hooks is not None and hooks.read_session_info:
-                await self._session_info(gateway, result, on_frame)
             finished = True
+            if hooks is not None:
+                settled = True
+                if hooks.before_close is not None:
+                    await hooks.before_close()
+                if hooks.on_result is not None:
+                    await hooks.on_result(result)
+                if hooks.read_session_info:
+                    active = False
+                    if grant is not None:
+                        await self._quietly(self.channels.close_grant(grant))
+                    await self._session_info(gateway, result, on_frame)
             return result
         finally:
             active = False
@@ -189,9 +202,9 @@ class TurnDriver:
             interrupt = hooks is None or hooks.interrupt_abandoned is None or hooks.interrupt_abandoned()
             if submitted and not finished and gateway.open and interrupt:  # cancelled or timed out: stop it
                 await self._quietly(self.channels.rpc(gateway, "session.interrupt", {"session_id": runtime_id}))
-            if hooks is not None and hooks.before_close is not None:
+            if hooks is not None and hooks.before_close is not None and not settled:
                 await hooks.before_close()
-            if grant is not None:
+            if grant is not None and grant.open:
                 await self._quietly(self.channels.close_grant(grant))
             await self._quietly(self.channels.close_gateway(gateway))
 
@@ -267,6 +280,10 @@ class TurnDriver:
             if kind == "message.complete":
                 result.status = str(payload.get("status", "complete"))
                 result.text = str(payload.get("text", ""))
+                return
+            if kind == "error":  # hermes.md: Hermes' error ends the prompt's run; no message.complete follows
+                result.status = "error"
+                result.error = str(payload.get("message", "")) or "Hermes reported an error"
                 return
 
     async def _session_info(

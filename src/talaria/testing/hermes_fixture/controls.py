@@ -108,6 +108,11 @@ class FixtureControls:
         """Turns on prompts containing ``substring`` end with ``message.complete {status: "error"}``, no reply row."""
         self._add(lambda k: k.turn_failures.add(TurnFailure(times, substring, message)))
 
+    def error_event_for(self, substring: str, message: str, *, times: int | None = None) -> None:
+        """Turns on prompts containing ``substring`` end with ``error {message}`` and no ``message.complete`` (as
+        Hermes 0.19.0 ends a prompt whose agent did not initialise in time), no reply row."""
+        self._add(lambda k: k.turn_failures.add(TurnFailure(times, substring, message, event_only=True)))
+
     def compress_on(self, substring: str, *, times: int | None = 1) -> None:
         """A turn on a prompt containing ``substring`` first compresses: the stored session continues in a new one
         (same runtime id); the turn's rows and ``session.info`` carry the new stored id."""

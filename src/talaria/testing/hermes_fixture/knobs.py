@@ -99,6 +99,7 @@ class ClarifyRule(_Rule):
 class TurnFailure(_Rule):
     substring: str
     message: str
+    event_only: bool = False  # an error event and no message.complete (0.19.0's agent initialization timeout)
 
 
 @dataclass

@@ -165,6 +165,9 @@ async def _run(state: FixtureState, session: LiveSession, turn: Turn) -> None:
             await state.emit(session, "message.delta", {"text": piece})
         if turn.interrupted.is_set():
             await state.pause(state.knobs.interrupt_delay)
+        if failure is not None and failure.event_only and not turn.interrupted.is_set():
+            await _error_event(state, session, turn, failure.message)
+            return
         await _finish(state, session, turn, reply, None if failure is None else failure.message)
     except asyncio.CancelledError:
         raise
@@ -175,6 +178,17 @@ async def _run(state: FixtureState, session: LiveSession, turn: Turn) -> None:
             session.turn = None
             turn.record.status = "error"
             state.changed()
+
+
+async def _error_event(state: FixtureState, session: LiveSession, turn: Turn, message: str) -> None:
+    with state.cond:
+        session.history.append({"role": "user", "content": turn.text})
+        turn.record.status = "error"
+        session.turn = None
+        session.running = False
+        session.last_active = state.now()
+        state.changed()
+    await state.emit(session, "error", {"message": message})
 
 
 async def _finish(state: FixtureState, session: LiveSession, turn: Turn, reply: str, error: str | None) -> None:

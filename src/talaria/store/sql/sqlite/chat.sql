@@ -70,3 +70,9 @@ RETURNING event_seq_reserved
 -- name: chat_conversation_event_seq
 -- A conversation's reserved high-water of live-stream event ids (0 before any).
 SELECT event_seq_reserved FROM chat_conversation WHERE id = :id
+
+-- name: chat_conversation_session_moved
+-- The end-of-turn session.info named another stored session (Hermes compressed it): the binding follows, if the
+-- conversation is still bound to the session the turn ended in.
+UPDATE chat_conversation SET hermes_session_id = :hermes_session_id, updated_at = :now
+WHERE id = :id AND runner_id = :runner_id AND hermes_session_id = :was

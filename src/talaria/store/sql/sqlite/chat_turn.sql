@@ -73,3 +73,9 @@ WHERE id = :id
 SELECT t.* FROM chat_turn t JOIN chat_conversation c ON c.id = t.conversation_id
 WHERE t.state IN ('queued', 'pending', 'running', 'recovering') AND c.bot_id = :bot_id
 ORDER BY t.created_at, t.id
+
+-- name: chat_turn_last_usage
+-- The usage the conversation's most recent ended turn stored (with the session totals it was computed from).
+SELECT usage FROM chat_turn
+WHERE conversation_id = :conversation_id AND usage IS NOT NULL AND finished_at IS NOT NULL
+ORDER BY finished_at DESC, created_at DESC LIMIT 1

@@ -1,0 +1,113 @@
+"""How a chat turn ends (chat.md 2, 5.3 step 10, 5.5), over a real hub, a real runner process and the Hermes
+fixture: Hermes' ``error`` event that no ``message.complete`` follows (0.19.0 ends a prompt whose agent did not
+initialise in time so) fails the turn ``hermes_error`` at once; a turn's usage is its own share of the session's
+running totals; the end-of-turn ``session.info`` of a compressed session moves the binding to the new stored
+session, and the next turn resumes that one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from talaria.clock import SystemClock
+from talaria.testing.hermes_fixture import HermesFixture
+from talaria.testing.hub_server import HubServer
+from tests.conftest import add_account, login
+from tests.hermes.chat_support import Stream, ended, make_bot, messages, send, start_chat, wait_turn
+from tests.integration.runner_support import RunnerProcess, register_node
+
+
+@dataclass
+class Chat:
+    server: HubServer
+    hermes: HermesFixture
+    alice: httpx.Client
+    conversation_id: str
+
+
+@pytest.fixture
+def chat(tmp_path: Path, fast_argon2: None) -> Iterator[Chat]:
+    with HermesFixture() as hermes:
+        server = HubServer(tmp_path / "data", SystemClock()).start()
+        runner = None
+        try:
+            add_account(server, "alice", allowed_profiles={"local": ["default"]})
+            path = register_node(server, tmp_path / "node", hermes_url=hermes.url, session_token=hermes.session_token)
+            runner = RunnerProcess(path, tmp_path / "logs", "runner")
+            runner.wait_for("runner connected")
+            alice = login(server, "alice")
+            yield Chat(server, hermes, alice, start_chat(alice, make_bot(alice)))
+            alice.close()
+        finally:
+            if runner is not None:
+                runner.close()
+            server.stop()
+
+
+def _turn(chat: Chat, text: str) -> dict[str, object]:
+    sent = send(chat.alice, chat.conversation_id, text)
+    assert sent.status_code == 202, sent.text
+    return wait_turn(chat.alice, chat.conversation_id, sent.json()["turn"]["id"], timeout=30)
+
+
+def _conversation(chat: Chat) -> dict[str, object]:
+    answer = chat.alice.get(f"/api/conversations/{chat.conversation_id}")
+    assert answer.status_code == 200, answer.text
+    found: dict[str, object] = answer.json()["conversation"]
+    return found
+
+
+def test_an_error_event_without_a_reply_fails_the_turn_hermes_error_at_once(chat: Chat) -> None:
+    chat.hermes.error_event_for("never built", "agent initialization timed out", times=1)
+    stream = Stream(chat.alice, chat.conversation_id)
+    try:
+        sent = send(chat.alice, chat.conversation_id, "this agent is never built")
+        turn_id = sent.json()["turn"]["id"]
+        events = stream.wait_for(ended(turn_id), timeout=30)
+    finally:
+        stream.close()
+    kinds = [k for _, k, d in events if (d.get("turnId") or d.get("turn", {}).get("id")) == turn_id]
+    assert kinds[-1] == "turn.failed"
+    turn = wait_turn(chat.alice, chat.conversation_id, turn_id)
+    assert (turn["state"], turn["code"]) == ("failed", "hermes_error")
+    notices = [m["content"] for m in messages(chat.alice, chat.conversation_id) if m["role"] == "system"]
+    assert notices == ["Hermes reported an error: agent initialization timed out"]
+    assert not [m for m in messages(chat.alice, chat.conversation_id) if m["role"] == "assistant"]
+    assert chat.hermes.prompt_count("this agent is never built") == 1
+    after = _turn(chat, "and now a question that works")  # the conversation goes on
+    assert after["state"] == "completed"
+
+
+def test_each_turn_s_usage_is_its_own_share_of_the_session_s_running_totals(chat: Chat) -> None:
+    chat.hermes.reply_for("first", "One.")
+    chat.hermes.reply_for("second", "Two, longer.")
+    first, second = _turn(chat, "first question"), _turn(chat, "second question")
+    assert (first["state"], second["state"]) == ("completed", "completed")
+    marker_len = len(f"\n[talaria-run:{first['id']}:{first['triggerMessageId']}]")
+    assert first["usage"] == {"model": first["usage"]["model"], "inputTokens": len("first question") + marker_len,  # type: ignore[index]
+                              "outputTokens": len("One."), "totalTokens": len("first question") + marker_len + 4,
+                              "calls": 1}  # fmt: skip
+    assert second["usage"]["calls"] == 1  # type: ignore[index]
+    assert second["usage"]["outputTokens"] == len("Two, longer.")  # type: ignore[index]
+    replies = [m for m in messages(chat.alice, chat.conversation_id) if m["role"] == "assistant"]
+    assert [m["usage"] for m in replies] == [first["usage"], second["usage"]]
+
+
+def test_a_compressed_session_moves_the_binding_and_the_next_turn_resumes_the_new_one(chat: Chat) -> None:
+    first = _turn(chat, "before anything")
+    before = _conversation(chat)["hermesSessionId"]
+    assert first["state"] == "completed" and before is not None
+    chat.hermes.compress_on("compress me")
+    _turn(chat, "compress me now")
+    moved = _conversation(chat)["hermesSessionId"]
+    assert moved not in (None, before)
+    assert moved in chat.hermes.stored_ids()
+    resumes = len(chat.hermes.rpc_requests("session.resume"))
+    third = _turn(chat, "after the compression")
+    assert third["state"] == "completed" and third["carry"] == "none"
+    resumed = chat.hermes.rpc_requests("session.resume")[resumes:]
+    assert [r.params["session_id"] for r in resumed] == [moved]

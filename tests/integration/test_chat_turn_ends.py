@@ -2,13 +2,17 @@
 fixture: Hermes' ``error`` event that no ``message.complete`` follows (0.19.0 ends a prompt whose agent did not
 initialise in time so) fails the turn ``hermes_error`` at once; a turn's usage is its own share of the session's
 running totals; the end-of-turn ``session.info`` of a compressed session moves the binding to the new stored
-session, and the next turn resumes that one."""
+session, and the next turn goes on in that one. A completed turn's channel is kept ``chat.channel_idle_s`` for the
+next turn (5.3 step 4: no ``gateway.open``, no ``session.resume``), then closed; archive and an access change close
+it at once."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -29,10 +33,10 @@ class Chat:
     conversation_id: str
 
 
-@pytest.fixture
-def chat(tmp_path: Path, fast_argon2: None) -> Iterator[Chat]:
+@contextmanager
+def chat_hub(tmp_path: Path, **settings: Any) -> Iterator[Chat]:
     with HermesFixture() as hermes:
-        server = HubServer(tmp_path / "data", SystemClock()).start()
+        server = HubServer(tmp_path / "data", SystemClock(), **settings).start()
         runner = None
         try:
             add_account(server, "alice", allowed_profiles={"local": ["default"]})
@@ -46,6 +50,12 @@ def chat(tmp_path: Path, fast_argon2: None) -> Iterator[Chat]:
             if runner is not None:
                 runner.close()
             server.stop()
+
+
+@pytest.fixture
+def chat(tmp_path: Path, fast_argon2: None) -> Iterator[Chat]:
+    with chat_hub(tmp_path) as made:
+        yield made
 
 
 def _turn(chat: Chat, text: str) -> dict[str, object]:
@@ -106,8 +116,53 @@ def test_a_compressed_session_moves_the_binding_and_the_next_turn_resumes_the_ne
     moved = _conversation(chat)["hermesSessionId"]
     assert moved not in (None, before)
     assert moved in chat.hermes.stored_ids()
-    resumes = len(chat.hermes.rpc_requests("session.resume"))
     third = _turn(chat, "after the compression")
-    assert third["state"] == "completed" and third["carry"] == "none"
-    resumed = chat.hermes.rpc_requests("session.resume")[resumes:]
-    assert [r.params["session_id"] for r in resumed] == [moved]
+    assert third["state"] == "completed" and third["carry"] == "none" and third["hermesSessionId"] == moved
+    assert len(chat.hermes.stored_ids()) == 2  # the turn went on in the compressed session, no other one
+
+
+def _connections(chat: Chat, method: str) -> list[int]:
+    return [r.connection for r in chat.hermes.rpc_requests(method)]
+
+
+def test_the_next_turn_goes_on_in_the_kept_channel_without_opening_or_resuming(chat: Chat) -> None:
+    turns = [_turn(chat, text) for text in ("one", "two", "three")]
+    assert [t["state"] for t in turns] == ["completed"] * 3
+    assert [t["carry"] for t in turns] == ["none"] * 3
+    submits = _connections(chat, "prompt.submit")
+    assert len(submits) == 3 and len(set(submits)) == 1
+    assert chat.hermes.rpc_requests("session.resume") == []
+    assert len(chat.hermes.rpc_requests("session.create")) == 1
+    assert chat.hermes.connection_count() == 1  # kept, idle
+
+
+def test_an_idle_channel_closes_after_chat_channel_idle_s_and_the_next_turn_resumes(
+    tmp_path: Path, fast_argon2: None
+) -> None:
+    with chat_hub(tmp_path, chat_channel_idle_s=1) as chat:
+        first = _turn(chat, "before the pause")
+        chat.hermes.wait_for(lambda: chat.hermes.connection_count() == 0, timeout=15)
+        second = _turn(chat, "after the pause")
+        assert (first["state"], second["state"], second["carry"]) == ("completed", "completed", "none")
+        resumed = chat.hermes.rpc_requests("session.resume")
+        assert [r.params["session_id"] for r in resumed] == [first["hermesSessionId"]]
+        assert len(set(_connections(chat, "prompt.submit"))) == 2
+
+
+def test_archiving_the_conversation_or_changing_the_account_closes_its_kept_channel_at_once(chat: Chat) -> None:
+    assert _turn(chat, "keep this channel")["state"] == "completed"
+    assert chat.hermes.connection_count() == 1
+    archived = chat.alice.patch(f"/api/conversations/{chat.conversation_id}", json={"archived": True})
+    assert archived.status_code == 200, archived.text
+    chat.hermes.wait_for(lambda: chat.hermes.connection_count() == 0, timeout=10)
+    chat.conversation_id = start_chat(chat.alice, make_bot(chat.alice, name="Second"))
+    assert _turn(chat, "another channel")["state"] == "completed"
+    assert chat.hermes.connection_count() == 1
+    add_account(chat.server, "root", role="admin")
+    root = login(chat.server, "root")
+    try:
+        changed = root.patch("/api/admin/accounts/alice", json={"allowedProfiles": {"local": ["default", "work"]}})
+        assert changed.status_code == 200, changed.text
+    finally:
+        root.close()
+    chat.hermes.wait_for(lambda: chat.hermes.connection_count() == 0, timeout=10)

@@ -23,6 +23,7 @@ from talaria.hub.chat.events import ChatEvents
 from talaria.hub.runners.connections import RunnerHub
 from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
 from talaria.hub.timings import HubTimings
+from talaria.hub.turns.chat_channels import KeptChannels
 from talaria.hub.turns.chat_frames import Draft, TurnStream
 from talaria.hub.turns.driver import TurnDriver
 from talaria.lifecycle.actor import Actor
@@ -57,6 +58,7 @@ class ChatContext:
         self.stops: dict[str, asyncio.Event] = {}
         self.per_runner: dict[str, int] = {}
         self.streams: dict[str, TurnStream] = {}
+        self.kept = KeptChannels(driver.channels, settings.chat_channel_idle_s)
         self.stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
@@ -115,6 +117,8 @@ class ChatContext:
             stored_reply = replace(reply, usage=public_usage(usage)) if reply is not None and usage else reply
             ended = end_turn(tx, turn, state=state, code=code, error=error, actor=actor or self.actor(turn.tenant),
                              key=self.key, now_ms=now, reply=stored_reply, usage=usage)  # fmt: skip
+            if stream is not None:
+                stream.ended_state = state
             if reusable is not None:
                 stored = stream.stored_id if stream is not None and stream.stored_id else turn.hermes_session_id
                 if stream is not None:

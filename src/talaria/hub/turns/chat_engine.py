@@ -53,6 +53,7 @@ class ChatEngine(RunEntries, AnswerEntries):
             task.cancel()
         if self.running:
             await asyncio.wait(list(self.running.values()), timeout=10)
+        await self.kept.close_all()
 
     def wake(self) -> None:
         """Look for turns to run now (one was accepted, a runner connected)."""
@@ -101,6 +102,7 @@ class ChatEngine(RunEntries, AnswerEntries):
         with self.store.read() as tx:
             rows = tx.all("chat_turn_unended_owner", tenant=tenant, owner=username)
         stale = [r for r in rows if account is None or not account.enabled or r["auth_version"] != account.auth_version]
+        self.kept.close_account(tenant, username)
         return self.end_unended(stale, state="failed", code=ACCESS_REVOKED,
                                 error="the account's access changed; the turn was stopped", actor=actor)  # fmt: skip
 
@@ -112,6 +114,10 @@ class ChatEngine(RunEntries, AnswerEntries):
                 rows = tx.all("chat_turn_unended_bot", bot_id=bot_id)
             else:
                 rows = tx.all("chat_turn_unended_conversation", conversation_id=conversation_id)
+        if bot_id is not None:
+            self.kept.close_bot(bot_id)
+        elif conversation_id is not None:
+            self.kept.close_conversation(conversation_id)
         return self.end_unended(rows, state="interrupted", code="archived", error="the conversation was archived",
                                 actor=actor)  # fmt: skip
 

@@ -54,6 +54,7 @@ class TurnStream:
     drafts: dict[str, Draft]  # the engine's, by conversation: what a snapshot shows
     stored_id: str | None = None
     bound_id: str | None = None  # the stored session the turn's end bound the conversation to
+    ended_state: str | None = None  # the state this stream's turn ended in, when its own end stored it
     totals: dict[str, int] | None = None  # Hermes' session totals at its message.complete (chat/usage.py)
     model: str = ""
     closed: bool = False  # the turn ended: later frames are dropped

@@ -21,10 +21,11 @@ from talaria.errors import TalariaError
 from talaria.hub.runners.connection_state import AccountRef
 from talaria.hub.runners.registry import RunnerRecord
 from talaria.hub.turns.chat_attach import send_attachments
+from talaria.hub.turns.chat_channels import Kept
 from talaria.hub.turns.chat_context import Place
 from talaria.hub.turns.chat_frames import TurnStream
 from talaria.hub.turns.chat_recovery import RecoveryEntries
-from talaria.hub.turns.driver import ACCESS_REVOKED, STOPPED, TURN_TIMEOUT, TurnHooks, TurnResult
+from talaria.hub.turns.driver import ACCESS_REVOKED, STOPPED, TURN_TIMEOUT, LiveChannel, TurnHooks, TurnResult
 from talaria.store.interface import Row, Tx
 
 log = structlog.get_logger("talaria.chat")
@@ -58,6 +59,11 @@ class RunEntries(RecoveryEntries):
         resume_id = None
         if not node_changed and bound == runner.id and conversation["session_reusable"]:
             resume_id = conversation["hermes_session_id"]
+        account = AccountRef(turn.owner, turn.tenant, turn.auth_version)
+        kept = self.kept.take(conversation["id"], runner.id, account, resume_id) if resume_id is not None else None
+        if resume_id is None:
+            self.kept.close_conversation(conversation["id"])
+        channel = LiveChannel(kept.gateway, kept.runtime_id, kept.stored_id) if kept is not None else None
         stream = TurnStream(self.store, self.clock, self.events, conversation["id"], turn.id,
                             conversation["bot_id"], self.drafts)  # fmt: skip
         self.streams[turn.id] = stream
@@ -86,16 +92,25 @@ class RunEntries(RecoveryEntries):
         async def on_result(result: TurnResult) -> None:  # the end is stored before the channel's cleanup
             await self._finish(turn.id, stream, result, stop.is_set())
 
+        def keep(result: TurnResult) -> bool:  # chat.md 5.3 step 4: a completed turn's channel waits for the next
+            completed = stream.ended_state == "completed"
+            if not (self.kept.enabled and completed and not self.stopping) or result.gateway is None:
+                return False
+            live = Kept(conversation["id"], conversation["bot_id"], account, result.gateway, result.runtime_id,
+                        stream.stored_id or result.stored_id)  # fmt: skip
+            self.kept.keep(live)
+            return True
+
         self.per_runner[runner.id] = self.per_runner.get(runner.id, 0) + 1
         try:
             await self.driver.run(
-                runner_id=runner.id, account=AccountRef(turn.owner, turn.tenant, turn.auth_version),
+                runner_id=runner.id, account=account,
                 profile=conversation["bot_profile"], work_id=conversation["id"], prompt="", tools=False,
                 deadline_ms=self.clock.now_ms() + self.settings.chat_turn_max_s * 1000,
                 hooks=TurnHooks(before_submit, after_submit, interrupt_abandoned=lambda: not self.stopping,
                                 before_close=stream.settle_answers, on_result=on_result, read_session_info=True),
                 resume_id=resume_id, marker=f"[talaria-run:{turn.id}:{turn.trigger_message_id}]",
-                on_frame=stream.on_frame, stop=stop, prompt_for=prompt_for,
+                on_frame=stream.on_frame, stop=stop, prompt_for=prompt_for, channel=channel, keep=keep,
             )  # fmt: skip
         except TalariaError as exc:
             await self._after_error(turn.id, stream, exc)

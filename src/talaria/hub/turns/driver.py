@@ -57,6 +57,16 @@ class TurnResult:
         return [str(e.get("payload", {}).get("text", "")) for e in self.events if e.get("type") == "message.delta"]
 
 
+@dataclass(frozen=True)
+class LiveChannel:
+    """A gateway channel kept open with a live, idle Hermes session in it (chat keeps one per conversation between
+    its turns, chat.md 5.3 step 4): a turn run in it skips ``gateway.open`` and ``session.resume``."""
+
+    gateway: Gateway
+    runtime_id: str
+    stored_id: str | None
+
+
 @dataclass
 class TurnHooks:
     """Calls around ``prompt.submit``: ``before_submit(result)`` must have durably recorded where the turn
@@ -131,6 +141,8 @@ class TurnDriver:
         on_frame: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
         stop: asyncio.Event | None = None,
         prompt_for: Callable[[TurnResult], Awaitable[str]] | None = None,
+        channel: LiveChannel | None = None,
+        keep: Callable[[TurnResult], bool] | None = None,
     ) -> TurnResult:
         """Run one turn; ``deadline_ms`` (on the injected clock) bounds the submitted turn: reaching it
         interrupts the turn and raises ``turn_timeout``. Raises ``runner_command_uncertain`` when the channel is
@@ -142,18 +154,25 @@ class TurnDriver:
         why), their own ``marker``, ``on_frame`` (awaited for each of the session's frames, in order),
         ``stop`` (once set: ``session.interrupt``, then Hermes' ``message.complete`` is awaited for
         ``STOP_GRACE_S`` before ``stopped`` is raised) and ``prompt_for`` (the prompt, made once the session is
-        known: whether it was resumed decides what it holds)."""
+        known: whether it was resumed decides what it holds). ``channel``: run in that kept channel's live session
+        (resumed, no ``gateway.open`` or ``session.resume``); ``keep(result)``, asked once the turn finished, leaves
+        the channel open (the caller then owns it) instead of closing it."""
         record = self.registry.get(runner_id)
         if record is None:
             raise TalariaError("not_found", "no such execution node")
         marker = marker or run_marker(run_id or str(uuid.uuid4()), work_id)
-        gateway = await self.channels.open_gateway(runner_id, account)
+        gateway = channel.gateway if channel is not None else await self.channels.open_gateway(runner_id, account)
         grant: Grant | None = None
         renewal: asyncio.Task[None] | None = None
         active = True
         submitted = finished = settled = False
+        runtime_id = channel.runtime_id if channel is not None else ""
         try:
-            result = await self._open_session(gateway, profile, marker, resume_id)
+            if channel is not None:
+                stored = channel.stored_id
+                result = TurnResult("", "", channel.runtime_id, stored, marker, resumed=True, gateway=gateway)
+            else:
+                result = await self._open_session(gateway, profile, marker, resume_id)
             runtime_id = result.runtime_id
             if tools:
                 await self.capabilities(runner_id, account, profile)
@@ -206,7 +225,8 @@ class TurnDriver:
                 await hooks.before_close()
             if grant is not None and grant.open:
                 await self._quietly(self.channels.close_grant(grant))
-            await self._quietly(self.channels.close_gateway(gateway))
+            if not (finished and keep is not None and gateway.open and keep(result)):
+                await self._quietly(self.channels.close_gateway(gateway))
 
     async def _open_session(self, gateway: Gateway, profile: str, marker: str, resume_id: str | None) -> TurnResult:
         refused: str | None = None

@@ -287,10 +287,11 @@
   const RESOLVED = { approved: "Approved", denied: "Denied", answered: "Answered", expired: "Expired" };
 
   function resolveCard(card, approval) {
+    const actions = card.querySelector(".approval-actions");
+    if (!actions) return; // resolved already: an answer's reply and its approval.resolved event both resolve it
     let text = RESOLVED[approval.state];
     if (!text) text = approval.choice === "deny" ? "Denied" : card.dataset.kind === "clarify" ? "Answered" : "Approved";
     card.dataset.state = approval.state || "resolved";
-    const actions = card.querySelector(".approval-actions");
     const done = document.createElement("p");
     done.className = "approval-result";
     done.textContent = text;

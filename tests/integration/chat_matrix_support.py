@@ -200,11 +200,12 @@ def _alice(server: HubServer, hermes: HermesFixture) -> Alice:
     approval_id: str = asked()[0]["id"]
     old_bot = make_bot(client, SECRET["old_bot"])
     archived = start_chat(client, bot_id)
+    empty = start_chat(client, bot_id)  # her ids of the first conversation must not work through this one
     assert client.patch(f"/api/conversations/{archived}", json={"archived": True}).status_code == 200
     assert client.patch(f"/api/bots/{old_bot}", json={"archived": True}).status_code == 200
     ids = {
         "bot_id": [bot_id, old_bot],
-        "conversation_id": [conversation_id, archived],
+        "conversation_id": [conversation_id, archived, empty],
         "turn_id": [live, done],
         "attachment_id": [draft["id"], sent["id"]],
         "message_id": [user_message, reply],

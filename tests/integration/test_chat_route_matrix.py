@@ -27,6 +27,7 @@ import markupsafe
 import pytest
 
 from talaria.canonical import canonical_json
+from talaria.limits import MAX_ATTACHMENT_BYTES
 from tests.hermes.chat_support import audit_dump, audit_verifies
 from tests.integration.chat_matrix_support import (
     ACME,
@@ -98,9 +99,9 @@ def _raw(text: str) -> dict[str, Any]:
     return {"content": text.encode(), "headers": {"Content-Type": "application/json"}}
 
 
-def _upload(name: str | None) -> dict[str, Any]:
+def _upload(name: str | None, data: bytes = b"taken over", media_type: str = "text/plain") -> dict[str, Any]:
     params = {} if name is None else {"name": name}
-    return {"content": b"taken over", "params": params, "headers": {"Content-Type": "text/plain"}}
+    return {"content": data, "params": params, "headers": {"Content-Type": media_type}}
 
 
 BOT_BODY = {"name": "Taken over", "source": "local", "profile": "default"}
@@ -137,7 +138,10 @@ REQUESTS: dict[str, Request] = {
             Bad(lambda ids: _json({"approvalId": ids["approval_id"], "choice": 1})), Bad(lambda ids: _raw("[]")))),
     "POST /api/conversations/{conversation_id}/attachments": Request(lambda ids: _upload("taken.txt"), bad=(
         Bad(lambda ids: _upload("a/b.txt")), Bad(lambda ids: _upload(None)), Bad(lambda ids: _upload("")),
-        Bad(lambda ids: _upload("a\u0007b")))),
+        Bad(lambda ids: _upload("a\u0007b")),
+        Bad(lambda ids: _upload("a.zip", b"PK\x03\x04zip", "application/zip"), "attachment_kind_unsupported", 415),
+        Bad(lambda ids: _upload("fake.png", b"not a png", "image/png"), "attachment_kind_unsupported", 415),
+        Bad(lambda ids: _upload("big.txt", b"x" * (MAX_ATTACHMENT_BYTES + 1)), "attachment_too_large", 413))),
     "DELETE /api/conversations/{conversation_id}/attachments/{attachment_id}": Request(lambda ids: {}),
 }  # fmt: skip
 # The chat routes that name no object of anyone else: lists (whose answers must omit Alice's objects), with the
@@ -220,21 +224,28 @@ def request_of(route: ChatRoute, ids: Ids) -> dict[str, Any]:
 
 
 def alice_cases(world: World, keys: tuple[str, ...], prober: Person) -> list[tuple[Ids, set[str]]]:
-    """(ids, which of them are Alice's): every combination of Alice's ids; then, where the route names more than
-    her conversation, the prober's own conversation (and own turn) with her other ids mixed in."""
+    """(ids, which of them are Alice's): every combination of Alice's ids, then ``crossed_cases`` into the
+    prober's own conversation and turn."""
     mine = world.alice.ids
     cases = [(dict(zip(keys, values, strict=True)), set(keys))
              for values in itertools.product(*(mine[k] for k in keys))]  # fmt: skip
+    return cases + crossed_cases(world, keys, prober.own)
+
+
+def crossed_cases(world: World, keys: tuple[str, ...], own: Ids) -> list[tuple[Ids, set[str]]]:
+    """Where the route names more than a conversation: ``own``'s conversation (and its turn, if it has one) with
+    Alice's other ids (those of her first conversation) in the rest."""
+    mine, cases = world.alice.ids, []
     if "conversation_id" in keys and len(keys) > 1:
         rest = tuple(k for k in keys if k != "conversation_id")
         for values in itertools.product(*(mine[k] for k in rest)):
-            cases.append(({"conversation_id": prober.own["conversation_id"]} | dict(zip(rest, values, strict=True)),
+            cases.append(({"conversation_id": own["conversation_id"]} | dict(zip(rest, values, strict=True)),
                           set(rest)))  # fmt: skip
-        if "turn_id" in rest and len(rest) > 1:
+        if "turn_id" in rest and len(rest) > 1 and "turn_id" in own:
             others = tuple(k for k in rest if k != "turn_id")
             for values in itertools.product(*(mine[k] for k in others)):
-                own = {"conversation_id": prober.own["conversation_id"], "turn_id": prober.own["turn_id"]}
-                cases.append((own | dict(zip(others, values, strict=True)), set(others)))
+                inner = {"conversation_id": own["conversation_id"], "turn_id": own["turn_id"]}
+                cases.append((inner | dict(zip(others, values, strict=True)), set(others)))
     return cases
 
 
@@ -268,24 +279,24 @@ def names_ids(route: ChatRoute) -> bool:
 ID_ROUTES = [route for route in ROUTES if names_ids(route)]
 
 
-def _bad_reads(route: ChatRoute) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(what, httpx arguments) of each bad query value and header of ``route``; fails for one the matrix does not
-    know."""
+def _bad_reads(route: ChatRoute) -> Iterator[tuple[str, dict[str, Any], int]]:
+    """(what, httpx arguments, status) of each bad query value and header of ``route``; fails for one the matrix
+    does not know."""
     for name in route.query_params:
         assert (route.path, name) in BAD_QUERIES, f"{route.label}: the matrix does not know the query {name!r}"
         for value in BAD_QUERIES[route.path, name]:
-            yield f"?{name}={value}", {"params": {name: value}}
+            yield f"?{name}={value}", {"params": {name: value}}, 400
     for name in route.header_params:
         assert (route.path, name) in BAD_HEADERS, f"{route.label}: the matrix does not know the header {name!r}"
         for value in BAD_HEADERS[route.path, name]:
-            yield f"{name}: {value}", {"headers": {name: value}}
+            yield f"{name}: {value}", {"headers": {name: value}}, 400
 
 
-def bad_requests(route: ChatRoute, ids: Ids) -> list[tuple[str, dict[str, Any]]]:
-    """(what, httpx arguments) of each bad request of ``route``: its REQUESTS' bad ones, or a read's bad query
-    values and headers."""
+def bad_requests(route: ChatRoute, ids: Ids) -> list[tuple[str, dict[str, Any], int]]:
+    """(what, httpx arguments, status) of each bad request of ``route``: its REQUESTS' bad ones, or a read's bad
+    query values and headers."""
     if route.mutating:
-        return [(f"bad request {n}", bad.build(ids)) for n, bad in enumerate(REQUESTS[route.label].bad)]
+        return [(f"bad request {n}", bad.build(ids), bad.status) for n, bad in enumerate(REQUESTS[route.label].bad)]
     return list(_bad_reads(route))
 
 
@@ -319,12 +330,40 @@ def test_alice_s_ids_answer_everyone_else_as_unknown_ids_do_404_and_change_nothi
         if route.method == "GET" and not route.path.startswith("/api/"):  # a page answers HEAD as GET
             head = call(person.client, "HEAD", route.url(ids))
             assert (head.status, head.media_type, head.body) == (404, answer.media_type, ""), where
-        for what, arguments in bad_requests(route, ids):  # bad input: no oracle either (the same refusal)
+        for (what, arguments, status), (_, other, _) in zip(bad_requests(route, ids), bad_requests(route, unknown),
+                                                            strict=True):  # bad input: no oracle either  # fmt: skip
             refused = call(person.client, route.method, route.url(ids), **arguments)
-            also = call(person.client, route.method, route.url(unknown), **dict(bad_requests(route, unknown))[what])
-            assert refused.status in (400, 404), (where, what, refused)
+            also = call(person.client, route.method, route.url(unknown), **other)
+            assert refused.status in (status, 404), (where, what, refused)
             assert comparable(refused, ids) == comparable(also, unknown), (where, what)
     unchanged.check(f"{prober}'s requests of {route.label}")
+
+
+# Routes naming a conversation and more (read without id_keys' checks: collecting must not fail, the tests do).
+CROSSING = [
+    route
+    for route in ID_ROUTES
+    if "conversation_id" in route.path_params
+    and len(route.path_params) + len(REQUESTS[route.label].body_ids if route.label in REQUESTS else ()) > 1
+]
+
+
+@pytest.mark.parametrize("route", CROSSING, ids=route_id)
+def test_alice_s_turns_messages_attachments_and_approvals_answer_404_through_her_other_conversation(
+    world: World, route: ChatRoute
+) -> None:
+    """Scoping is by conversation too: her first conversation's ids named under her empty one answer as unknown
+    ids do, and change nothing (stopping her live turn, answering her approval, removing her upload included)."""
+    keys = id_keys(route)
+    unchanged = Unchanged(world.server.data_dir)
+    for ids, crossed in crossed_cases(world, keys, {"conversation_id": world.alice.ids["conversation_id"][2]}):
+        unknown = ids | {k: UNKNOWN[k] for k in crossed}
+        where = f"Alice: {route.label} with her first conversation's {sorted(crossed)}"
+        answer = call(world.alice.client, route.method, route.url(ids), **request_of(route, ids))
+        assert_not_found(answer, route.path, where)
+        same = call(world.alice.client, route.method, route.url(unknown), **request_of(route, unknown))
+        assert comparable(answer, ids) == comparable(same, unknown), where
+    unchanged.check(f"Alice's crossed requests of {route.label}")
 
 
 def _listed(client: httpx.Client, label: str) -> list[str]:
@@ -451,7 +490,7 @@ GETS = [route for route in ROUTES if not route.mutating]
 def test_a_chat_read_refuses_bad_query_values_and_headers_with_400(world: World, route: ChatRoute) -> None:
     ids = _primary(world, route)
     unchanged = Unchanged(world.server.data_dir)
-    for what, arguments in _bad_reads(route):
+    for what, arguments, _ in _bad_reads(route):
         answer = call(world.alice.client, "GET", route.url(ids), **arguments)
         where = f"{route.label} {what}"
         assert answer.status == 400, (where, answer.status, answer.body[:300])

@@ -94,6 +94,7 @@ class Answer:
     status: int
     media_type: str
     body: str
+    location: str = ""
 
     @property
     def json(self) -> Any:
@@ -106,7 +107,7 @@ def call(client: httpx.Client, method: str, url: str, **kwargs: Any) -> Answer:
     try:
         media_type = response.headers.get("content-type", "").split(";")[0].strip()
         body = "" if media_type == "text/event-stream" else response.read().decode()
-        return Answer(response.status_code, media_type, body)
+        return Answer(response.status_code, media_type, body, response.headers.get("location", ""))
     finally:
         response.close()
 

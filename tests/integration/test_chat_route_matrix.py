@@ -1,14 +1,17 @@
 """Every chat route against everyone but the owner (chat.md 2 "Scoping", 3.2, 8, scenario 6; web-api.md 1-2): the
 routes are read from the hub app's route table, so a chat route added later joins the matrix, and one the matrix
-cannot fill (an unknown path or query parameter, a mutating route without a request here) fails it.
+cannot fill (an unknown path, query or header parameter, a mutating route without a request in
+chat_matrix_requests_support.py, a list it does not know) fails it.
 
 Over a real hub, two real runner processes (tenants ``default`` and ``acme``) and the Hermes fixture: Alice's ids
-(a bot, conversations, a completed and a live turn, messages, a sent and an unsent attachment, a pending approval)
+(bots, conversations, a completed and a live turn, messages, a sent and an unsent attachment, a pending approval)
 answer Bob, her tenant's admin and ``acme``'s user and admin exactly as unknown ids do, 404 ``not_found`` (the 404
-page for a page), never 403, also mixed into their own conversations and turns; their lists omit her objects; her
-audit events hold keyed digests and only she and her tenant's admin read them; every mutating route refuses a
-request without a session, CSRF token or Origin and bad bodies with the documented code. No refused request
-changes a row of the chat tables or the audit chain (a sqlite3 snapshot of the hub's file before and after)."""
+page for a page), never 403, also mixed into their own conversations and turns and with bad input; her own ids
+do not cross from one of her conversations into another; their lists omit her objects; her audit events hold keyed
+digests and only she and her tenant's admin read them. Every mutating route refuses a request without a session,
+CSRF token or Origin and bad bodies with the documented code, every read bad query values and headers, every path
+the methods it does not serve. No refused request changes a row of the chat tables or the audit chain (a sqlite3
+snapshot of the hub's file before and after)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import hmac
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +30,21 @@ import markupsafe
 import pytest
 
 from talaria.canonical import canonical_json
-from talaria.limits import MAX_ATTACHMENT_BYTES
+from tests.conftest import login
 from tests.hermes.chat_support import audit_dump, audit_verifies
+from tests.integration.chat_matrix_requests_support import (
+    LISTS,
+    NOT_FOUND_PAGE,
+    OWN_ONLY,
+    REQUESTS,
+    UNKNOWN,
+    Ids,
+    bad_reads,
+    bad_requests,
+    id_keys,
+    names_ids,
+    request_of,
+)
 from tests.integration.chat_matrix_support import (
     ACME,
     PEOPLE,
@@ -57,124 +73,6 @@ SPECIFIED = {
     "DELETE /api/conversations/{conversation_id}/attachments/{attachment_id}",
     "GET /api/conversations/{conversation_id}/events", "GET /chats", "GET /bots", "GET /chats/{conversation_id}",
 }  # fmt: skip
-# An id of the right shape that names nothing, per parameter: Alice's ids must answer exactly as these do.
-UNKNOWN = {
-    "bot_id": "bot_01ZZZZZZZZZZZZZZZZZZZZZZZZ",
-    "conversation_id": "cnv_01ZZZZZZZZZZZZZZZZZZZZZZZZ",
-    "turn_id": "trn_01ZZZZZZZZZZZZZZZZZZZZZZZZ",
-    "attachment_id": "att_01ZZZZZZZZZZZZZZZZZZZZZZZZ",
-    "message_id": "msg_01ZZZZZZZZZZZZZZZZZZZZZZZZ",
-    "approval_id": "apr_01ZZZZZZZZZZZZZZZZZZZZZZZZ",
-}
-NOT_FOUND_PAGE = "There is no page at this address."
-
-Ids = dict[str, str]
-Build = Callable[[Ids], dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class Bad:
-    """A refused request of a route: its httpx arguments (from the ids) and the documented code."""
-
-    build: Build
-    code: str = "invalid_request"
-    status: int = 400
-
-
-@dataclass(frozen=True)
-class Request:
-    """How the matrix fills a mutating route: a valid request (httpx arguments from the ids), the ids its body
-    names (besides the path's), and bad requests that must be refused."""
-
-    build: Build
-    body_ids: tuple[str, ...] = ()
-    bad: tuple[Bad, ...] = ()
-
-
-def _json(body: dict[str, Any]) -> dict[str, Any]:
-    return {"json": body}
-
-
-def _raw(text: str) -> dict[str, Any]:
-    return {"content": text.encode(), "headers": {"Content-Type": "application/json"}}
-
-
-def _upload(name: str | None, data: bytes = b"taken over", media_type: str = "text/plain") -> dict[str, Any]:
-    params = {} if name is None else {"name": name}
-    return {"content": data, "params": params, "headers": {"Content-Type": media_type}}
-
-
-BOT_BODY = {"name": "Taken over", "source": "local", "profile": "default"}
-# Every mutating chat route: the request the matrix sends (as Alice would, to change her objects).
-REQUESTS: dict[str, Request] = {
-    "POST /api/bots": Request(lambda ids: _json(BOT_BODY), bad=(
-        Bad(lambda ids: _json(BOT_BODY | {"colour": "red"})), Bad(lambda ids: _json(BOT_BODY | {"name": 5})),
-        Bad(lambda ids: _json({"name": "x", "source": "local"})), Bad(lambda ids: _raw("{not json")),
-        Bad(lambda ids: _json(BOT_BODY | {"name": "a@b"})))),
-    "PATCH /api/bots/{bot_id}": Request(lambda ids: _json({"archived": True, "name": "Taken over"}), bad=(
-        Bad(lambda ids: _json({"archived": "yes"})), Bad(lambda ids: _json({"name": "x", "colour": "red"})),
-        Bad(lambda ids: _json({})), Bad(lambda ids: _json({"name": None})), Bad(lambda ids: _raw("[1]")))),
-    "POST /api/conversations": Request(lambda ids: _json({"botId": ids["bot_id"]}), body_ids=("bot_id",), bad=(
-        Bad(lambda ids: _json({"botId": ids["bot_id"], "colour": "red"})), Bad(lambda ids: _json({"botId": 5})),
-        Bad(lambda ids: _json({"botId": ids["bot_id"], "title": ""})), Bad(lambda ids: _raw("null")))),
-    "PATCH /api/conversations/{conversation_id}": Request(
-        lambda ids: _json({"archived": True, "title": "Taken over"}), bad=(
-            Bad(lambda ids: _json({"title": 5})), Bad(lambda ids: _json({"archived": True, "colour": "red"})),
-            Bad(lambda ids: _json({})), Bad(lambda ids: _json({"title": "a\u202eb"})), Bad(lambda ids: _raw("x")))),
-    "POST /api/conversations/{conversation_id}/turns": Request(
-        lambda ids: _json({"text": "taken over", "attachments": [ids["attachment_id"]]}), body_ids=("attachment_id",),
-        bad=(Bad(lambda ids: _json({"text": "hi", "colour": "red"})), Bad(lambda ids: _json({"text": 5})),
-             Bad(lambda ids: _json({"text": "hi", "attachments": ids["attachment_id"]})),
-             Bad(lambda ids: _json({"text": "   "})), Bad(lambda ids: _raw("{")),
-             Bad(lambda ids: {"json": {"text": "hi"}, "headers": {"Idempotency-Key": "not a key"}},
-                 "idempotency_key_invalid"))),
-    "POST /api/conversations/{conversation_id}/turns/{turn_id}/stop": Request(lambda ids: {}),
-    "POST /api/conversations/{conversation_id}/turns/{turn_id}/approvals": Request(
-        lambda ids: _json({"approvalId": ids["approval_id"], "choice": "once"}), body_ids=("approval_id",), bad=(
-            Bad(lambda ids: _json({"approvalId": ids["approval_id"], "choice": "always"})),
-            Bad(lambda ids: _json({"approvalId": ids["approval_id"], "choice": "once", "colour": "red"})),
-            Bad(lambda ids: _json({"approvalId": ids["approval_id"], "answer": "yes"})),
-            Bad(lambda ids: _json({"approvalId": 5, "choice": "once"})),
-            Bad(lambda ids: _json({"approvalId": ids["approval_id"], "choice": 1})), Bad(lambda ids: _raw("[]")))),
-    "POST /api/conversations/{conversation_id}/attachments": Request(lambda ids: _upload("taken.txt"), bad=(
-        Bad(lambda ids: _upload("a/b.txt")), Bad(lambda ids: _upload(None)), Bad(lambda ids: _upload("")),
-        Bad(lambda ids: _upload("a\u0007b")),
-        Bad(lambda ids: _upload("a.zip", b"PK\x03\x04zip", "application/zip"), "attachment_kind_unsupported", 415),
-        Bad(lambda ids: _upload("fake.png", b"not a png", "image/png"), "attachment_kind_unsupported", 415),
-        Bad(lambda ids: _upload("big.txt", b"x" * (MAX_ATTACHMENT_BYTES + 1)), "attachment_too_large", 413))),
-    "DELETE /api/conversations/{conversation_id}/attachments/{attachment_id}": Request(lambda ids: {}),
-}  # fmt: skip
-# The chat routes that name no object of anyone else: lists (whose answers must omit Alice's objects), with the
-# queries they are read with, and creating one's own bot.
-LISTS: dict[str, tuple[dict[str, str], ...]] = {
-    "GET /api/bots": ({}, {"archived": "true"}),
-    "GET /api/bot-profiles": ({},),
-    "GET /api/conversations": ({}, {"archived": "true"}),
-    "GET /chats": ({}, {"archived": "1"}),
-    "GET /bots": ({}, {"archived": "1"}),
-}
-OWN_ONLY = {"POST /api/bots"}
-# Query parameters of chat GET routes: values each must refuse (400 invalid_request; a page's 400 page), or none
-# for a parameter that takes anything (an unknown ``?bot=`` preselects nothing, ``?archived=`` is a flag).
-BAD_QUERIES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("/api/bots", "archived"): ("maybe",),
-    ("/api/bots", "limit"): ("0", "101", "x"),
-    ("/api/bots", "cursor"): ("not-a-cursor",),
-    ("/api/conversations", "archived"): ("maybe",),
-    ("/api/conversations", "limit"): ("0", "101", "x"),
-    ("/api/conversations", "cursor"): ("not-a-cursor",),
-    ("/api/conversations/{conversation_id}/messages", "limit"): ("0", "101"),
-    ("/api/conversations/{conversation_id}/messages", "cursor"): ("not-a-cursor",),
-    ("/api/conversations/{conversation_id}/events", "after"): ("-1", "x"),
-    ("/chats", "archived"): (),
-    ("/chats", "bot"): (),
-    ("/chats", "cursor"): ("not-a-cursor",),
-    ("/bots", "archived"): (),
-    ("/chats/{conversation_id}", "before"): ("not-a-cursor",),
-}
-BAD_HEADERS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("/api/conversations/{conversation_id}/events", "Last-Event-ID"): ("-1", "x", "1.5"),
-}
 
 
 def route_id(route: ChatRoute) -> str:
@@ -207,20 +105,6 @@ class Unchanged:
 
 
 # --- filling a route -----------------------------------------------------------------------------------------------
-
-
-def id_keys(route: ChatRoute) -> tuple[str, ...]:
-    """The ids a request of ``route`` names (path, then body); fails for a route the matrix cannot fill."""
-    unknown = [name for name in route.path_params if name not in UNKNOWN]
-    assert unknown == [], f"{route.label}: the matrix cannot fill the path parameter(s) {unknown}"
-    if route.mutating:
-        assert route.label in REQUESTS, f"{route.label}: a mutating chat route without a request in REQUESTS"
-        return route.path_params + REQUESTS[route.label].body_ids
-    return route.path_params
-
-
-def request_of(route: ChatRoute, ids: Ids) -> dict[str, Any]:
-    return REQUESTS[route.label].build(ids) if route.mutating else {}
 
 
 def alice_cases(world: World, keys: tuple[str, ...], prober: Person) -> list[tuple[Ids, set[str]]]:
@@ -269,35 +153,7 @@ def assert_not_found(answer: Answer, path: str, where: str) -> None:
         assert set(body) == {"code", "error"} and body["code"] == "not_found" and body["error"], (where, body)
 
 
-def names_ids(route: ChatRoute) -> bool:
-    """Whether a request of ``route`` names an object (in its path or body); a mutating route the matrix does not
-    know counts, so that ``id_keys`` fails it."""
-    return bool(route.path_params) or (route.mutating and (route.label not in REQUESTS or
-                                                          bool(REQUESTS[route.label].body_ids)))  # fmt: skip
-
-
 ID_ROUTES = [route for route in ROUTES if names_ids(route)]
-
-
-def _bad_reads(route: ChatRoute) -> Iterator[tuple[str, dict[str, Any], int]]:
-    """(what, httpx arguments, status) of each bad query value and header of ``route``; fails for one the matrix
-    does not know."""
-    for name in route.query_params:
-        assert (route.path, name) in BAD_QUERIES, f"{route.label}: the matrix does not know the query {name!r}"
-        for value in BAD_QUERIES[route.path, name]:
-            yield f"?{name}={value}", {"params": {name: value}}, 400
-    for name in route.header_params:
-        assert (route.path, name) in BAD_HEADERS, f"{route.label}: the matrix does not know the header {name!r}"
-        for value in BAD_HEADERS[route.path, name]:
-            yield f"{name}: {value}", {"headers": {name: value}}, 400
-
-
-def bad_requests(route: ChatRoute, ids: Ids) -> list[tuple[str, dict[str, Any], int]]:
-    """(what, httpx arguments, status) of each bad request of ``route``: its REQUESTS' bad ones, or a read's bad
-    query values and headers."""
-    if route.mutating:
-        return [(f"bad request {n}", bad.build(ids), bad.status) for n, bad in enumerate(REQUESTS[route.label].bad)]
-    return list(_bad_reads(route))
 
 
 # --- the tests ------------------------------------------------------------------------------------------------------
@@ -490,7 +346,7 @@ GETS = [route for route in ROUTES if not route.mutating]
 def test_a_chat_read_refuses_bad_query_values_and_headers_with_400(world: World, route: ChatRoute) -> None:
     ids = _primary(world, route)
     unchanged = Unchanged(world.server.data_dir)
-    for what, arguments, _ in _bad_reads(route):
+    for what, arguments, _ in bad_reads(route):
         answer = call(world.alice.client, "GET", route.url(ids), **arguments)
         where = f"{route.label} {what}"
         assert answer.status == 400, (where, answer.status, answer.body[:300])
@@ -515,3 +371,31 @@ def test_a_method_a_chat_path_does_not_serve_is_405(world: World, path: str) -> 
         assert (answer.status, answer.media_type) == (405, "application/json"), (method, path, answer)
         assert answer.json["code"] == "method_not_allowed" and set(answer.json) == {"code", "error"}, (method, path)
     unchanged.check(f"other methods of {path}")
+
+
+@pytest.fixture(scope="module")
+def ended_session(world: World) -> Iterator[httpx.Client]:
+    """A client of Alice's whose session has been signed out (its cookie and CSRF token kept)."""
+    client = login(world.server, "alice")
+    try:
+        assert client.post("/api/auth/logout").status_code == 200
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=route_id)
+def test_every_chat_route_wants_a_live_session(world: World, ended_session: httpx.Client, route: ChatRoute) -> None:
+    """Without a session, or with a signed-out one: 401 ``unauthenticated`` (a page: the sign-in redirect)."""
+    ids = {key: world.alice.ids[key][0] for key in route.path_params}
+    ids |= {key: world.alice.ids[key][0] for key in UNKNOWN if key not in ids}
+    unchanged = Unchanged(world.server.data_dir)
+    with world.server.client(headers={"Origin": world.server.url, "X-CSRF-Token": "x"}) as anonymous:
+        for client in (anonymous, ended_session):
+            answer = call(client, route.method, route.url(ids), **request_of(route, ids))
+            if answer.status == 303:
+                assert route.method == "GET" and not route.path.startswith("/api/"), route.label
+                assert answer.location.startswith("/login?next=%2Fchats") or answer.location == "/login?next=%2Fbots"
+            else:
+                assert (answer.status, answer.json["code"]) == (401, "unauthenticated"), (route.label, answer)
+    unchanged.check(f"requests of {route.label} without a session")

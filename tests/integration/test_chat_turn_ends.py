@@ -44,8 +44,9 @@ def chat_hub(tmp_path: Path, **settings: Any) -> Iterator[Chat]:
             runner = RunnerProcess(path, tmp_path / "logs", "runner")
             runner.wait_for("runner connected")
             alice = login(server, "alice")
-            yield Chat(server, hermes, alice, start_chat(alice, make_bot(alice)))
-            alice.close()
+            made = Chat(server, hermes, alice, start_chat(alice, make_bot(alice)))
+            yield made
+            made.alice.close()  # a test may have signed her in again
         finally:
             if runner is not None:
                 runner.close()
@@ -166,3 +167,20 @@ def test_archiving_the_conversation_or_changing_the_account_closes_its_kept_chan
     finally:
         root.close()
     chat.hermes.wait_for(lambda: chat.hermes.connection_count() == 0, timeout=10)
+
+
+def test_a_turn_entitled_to_team_tools_on_a_node_not_ready_runs_without_them_and_says_so(chat: Chat) -> None:
+    chat.server.hub.accounts.update("alice", "default", {"canManageTeam": True})
+    chat.alice.close()
+    chat.alice = login(chat.server, "alice")  # the change ended her sessions
+    chat.hermes.knobs.capabilities = {**chat.hermes.knobs.capabilities, "ready": False}
+    turn = _turn(chat, "no tools here")
+    assert (turn["state"], turn["teamTools"]) == ("completed", False)
+    notices = [m["content"] for m in messages(chat.alice, chat.conversation_id) if m["role"] == "system"]
+    assert notices == ["Team tools are not available on this node; this turn runs without them."]
+    assert chat.hermes.binds() == []
+    chat.hermes.knobs.capabilities = {**chat.hermes.knobs.capabilities, "ready": True}
+    ready = _turn(chat, "tools now")
+    assert (ready["state"], ready["teamTools"]) == ("completed", True)
+    assert len(chat.hermes.binds()) == 1
+    assert len([m for m in messages(chat.alice, chat.conversation_id) if m["role"] == "system"]) == 1

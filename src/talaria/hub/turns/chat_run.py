@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final
 
 import structlog
 
@@ -29,6 +30,17 @@ from talaria.hub.turns.driver import ACCESS_REVOKED, STOPPED, TURN_TIMEOUT, Live
 from talaria.store.interface import Row, Tx
 
 log = structlog.get_logger("talaria.chat")
+
+
+TEAM_TOOLS_UNAVAILABLE: Final = "Team tools are not available on this node; this turn runs without them."
+
+
+@dataclass(frozen=True)
+class TeamTools:
+    """A turn's team tools (chat.md 5.9): whether it is entitled to the catalog, and whether it got it."""
+
+    entitled: bool
+    offered: bool
 
 
 class RunEntries(RecoveryEntries):
@@ -64,6 +76,8 @@ class RunEntries(RecoveryEntries):
         if resume_id is None:
             self.kept.close_conversation(conversation["id"])
         channel = LiveChannel(kept.gateway, kept.runtime_id, kept.stored_id) if kept is not None else None
+        entitled = await asyncio.to_thread(self._team_entitled, turn)
+        tools = entitled and await self._team_tools_ready(runner.id, account, conversation["bot_profile"])
         stream = TurnStream(self.store, self.clock, self.events, conversation["id"], turn.id,
                             conversation["bot_id"], self.drafts)  # fmt: skip
         self.streams[turn.id] = stream
@@ -84,7 +98,8 @@ class RunEntries(RecoveryEntries):
             return await asyncio.to_thread(self._prompt, turn, conversation, carry, not result.resumed, refs)
 
         async def before_submit(result: TurnResult) -> None:
-            await asyncio.to_thread(self._submit_record, turn.id, runner, result, carry, node_changed)
+            team = TeamTools(entitled, tools)
+            await asyncio.to_thread(self._submit_record, turn.id, runner, result, carry, node_changed, team)
 
         async def after_submit(result: TurnResult) -> None:
             await asyncio.to_thread(self._submitted, turn.id)
@@ -105,7 +120,7 @@ class RunEntries(RecoveryEntries):
         try:
             await self.driver.run(
                 runner_id=runner.id, account=account,
-                profile=conversation["bot_profile"], work_id=conversation["id"], prompt="", tools=False,
+                profile=conversation["bot_profile"], work_id=conversation["id"], prompt="", tools=tools, probed=True,
                 deadline_ms=self.clock.now_ms() + self.settings.chat_turn_max_s * 1000,
                 hooks=TurnHooks(before_submit, after_submit, interrupt_abandoned=lambda: not self.stopping,
                                 before_close=stream.settle_answers, on_result=on_result, read_session_info=True),
@@ -185,10 +200,29 @@ class RunEntries(RecoveryEntries):
             earlier=earlier, file_refs=refs,
         )  # fmt: skip
 
+    def _team_entitled(self, turn: ChatTurn) -> bool:
+        """Chat.md 5.9: while the ``team`` set is not installed, a turn is entitled to the catalog (``talaria_whoami``
+        alone) when its owner has ``canManageTeam``."""
+        account = self.accounts.get(turn.owner)
+        return account is not None and account.tenant == turn.tenant and account.can_manage_team
+
+    async def _team_tools_ready(self, runner_id: str, account: AccountRef, profile: str) -> bool:
+        """Whether the runner offers ``team-tools-v1`` and its plugin probe (runner-protocol.md 12.1) is ready."""
+        state = self.runners.state_of(runner_id)
+        if state is None or "team-tools-v1" not in state.features:
+            return False
+        try:
+            await self.driver.capabilities(runner_id, account, profile)
+        except TalariaError as exc:
+            log.info("chat_team_tools_unavailable", runner=runner_id, code=exc.code)
+            return False
+        return True
+
     def _submit_record(
-        self, turn_id: str, runner: RunnerRecord, result: TurnResult, carry: str, node_changed: bool
+        self, turn_id: str, runner: RunnerRecord, result: TurnResult, carry: str, node_changed: bool, team: TeamTools
     ) -> None:
-        """Chat.md 5.3 step 8, one transaction: if it fails, nothing is submitted."""
+        """Chat.md 5.3 step 8, one transaction: if it fails, nothing is submitted. A turn entitled to team tools
+        that runs without them stores the notice of chat.md 5.9 in the same transaction."""
 
         def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
             now = self.clock.now_ms()
@@ -198,20 +232,19 @@ class RunEntries(RecoveryEntries):
             set_turn(
                 tx, turn, now, state=next_state("pending", "submit"), submit_state="submitting", runner_id=runner.id,
                 hermes_session_id=result.stored_id, marker=result.marker, carry=carry, submitted_at=now,
-                waiting_reason=None,
+                waiting_reason=None, team_tools=team.offered,
             )  # fmt: skip
             tx.run("chat_conversation_bind", id=turn.conversation_id, runner_id=runner.id,
                    hermes_session_id=result.stored_id, session_reusable=0, now=now)  # fmt: skip
-            if not node_changed:
-                return []
-            text = prompts.NODE_SWITCH_MESSAGE.format(name=runner.name)
-            notice = store_message(
-                tx,
-                turn.conversation_id,
-                NewMessage(role="system", author="talaria", content=text, turn_id=turn.id),
-                now,
-            )
-            return [("message.complete", {"turnId": turn.id, "message": message_json(notice)})]
+            texts = [prompts.NODE_SWITCH_MESSAGE.format(name=runner.name)] if node_changed else []
+            if team.entitled and not team.offered:
+                texts.append(TEAM_TOOLS_UNAVAILABLE)
+            emits: list[tuple[str, dict[str, Any]]] = []
+            for text in texts:
+                notice = NewMessage(role="system", author="talaria", content=text, turn_id=turn.id)
+                stored = store_message(tx, turn.conversation_id, notice, now)
+                emits.append(("message.complete", {"turnId": turn.id, "message": message_json(stored)}))
+            return emits
 
         self._write(self._conversation_of(turn_id), write)
 

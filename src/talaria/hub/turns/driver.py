@@ -143,6 +143,7 @@ class TurnDriver:
         prompt_for: Callable[[TurnResult], Awaitable[str]] | None = None,
         channel: LiveChannel | None = None,
         keep: Callable[[TurnResult], bool] | None = None,
+        probed: bool = False,
     ) -> TurnResult:
         """Run one turn; ``deadline_ms`` (on the injected clock) bounds the submitted turn: reaching it
         interrupts the turn and raises ``turn_timeout``. Raises ``runner_command_uncertain`` when the channel is
@@ -156,7 +157,8 @@ class TurnDriver:
         ``STOP_GRACE_S`` before ``stopped`` is raised) and ``prompt_for`` (the prompt, made once the session is
         known: whether it was resumed decides what it holds). ``channel``: run in that kept channel's live session
         (resumed, no ``gateway.open`` or ``session.resume``); ``keep(result)``, asked once the turn finished, leaves
-        the channel open (the caller then owns it) instead of closing it."""
+        the channel open (the caller then owns it) instead of closing it; ``probed``: the caller has found the
+        plugin ready (``capabilities``) for this turn's tools."""
         record = self.registry.get(runner_id)
         if record is None:
             raise TalariaError("not_found", "no such execution node")
@@ -175,7 +177,8 @@ class TurnDriver:
                 result = await self._open_session(gateway, profile, marker, resume_id)
             runtime_id = result.runtime_id
             if tools:
-                await self.capabilities(runner_id, account, profile)
+                if not probed:  # the caller found the plugin ready for this turn already
+                    await self.capabilities(runner_id, account, profile)
                 identity = team_tools.GrantIdentity(account.username, account.tenant, record.source, profile, work_id)
 
                 async def execute(tool_id: str, arguments: dict[str, Any]) -> Any:

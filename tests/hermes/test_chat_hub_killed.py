@@ -2,7 +2,7 @@
 hub`` process, a real runner process and a real Hermes: a turn whose reply Hermes stored while the hub hung ends
 ``completed`` from the history (``recovered: true``); a turn killed while it streamed ends ``uncertain`` and the
 next turn starts a new session with the replaced session's notice; a reconnecting stream gets ``stream.reset``.
-The model sees each prompt once."""
+The model sees each prompt once; no message text reaches the audit table or the processes' logs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,16 @@ import time
 
 from talaria.testing.model_server import ModelServer, reply, slow, when
 from talaria.testing.real_hermes import RealHermes
-from tests.hermes.chat_support import Stream, audit_verifies, make_bot, messages, send, start_chat, wait_turn
+from tests.hermes.chat_support import (
+    Stream,
+    assert_text_kept_out,
+    audit_verifies,
+    make_bot,
+    messages,
+    send,
+    start_chat,
+    wait_turn,
+)
 from tests.hermes.site_support import Site, sign_in, stored_reply
 
 
@@ -53,6 +62,7 @@ def test_a_hub_that_hung_and_was_killed_mid_turn_completes_the_turn_from_the_his
     resumed.close()
     alice.close()
     assert audit_verifies(site.tmp / "data")
+    assert_text_kept_out(["finish this while the hung hub waits", text.strip()], site.data, *site.logs())
 
 
 def test_a_hub_killed_while_the_turn_streams_ends_it_uncertain_and_the_next_turn_replaces_the_session(
@@ -78,3 +88,5 @@ def test_a_hub_killed_while_the_turn_streams_ends_it_uncertain_and_the_next_turn
     assert seen(model, marker) == 1
     alice.close()
     assert audit_verifies(site.tmp / "data")
+    said = ["keep writing when the killed hub is gone", "after the crash", "A fresh session.", ("word " * 60).strip()]
+    assert_text_kept_out(said, site.data, *site.logs())

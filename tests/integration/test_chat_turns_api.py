@@ -15,6 +15,7 @@ import pytest
 from talaria.limits import MAX_CHAT_TEXT_CHARS
 from talaria.testing.hub_server import HubServer
 from tests.integration.chat_web_support import chat, send
+from tests.integration.runner_support import Machine, pending_wire, register
 from tests.integration.web_support import Web, assert_error, open_web
 
 pytestmark = pytest.mark.usefixtures("fast_argon2")
@@ -85,6 +86,35 @@ def test_a_pending_turn_fails_runner_offline_after_chat_pending_wait_s(web: Web)
     done = wait_for(lambda: (t := web.user.get(url).json())["turn"]["state"] != "pending" and t["turn"], "the end")
     assert (done["state"], done["code"]) == ("failed", "runner_offline")
     assert send(web.user, conversation_id, {"text": "again"}).status_code == 202  # the conversation is free again
+
+
+def test_a_pending_turn_whose_runner_went_away_before_taking_its_first_command_waits_again(web: Web) -> None:
+    """Chat.md 5.3: ``runner_offline`` before the submit record sends the turn back to step 2 (wait for the node);
+    only ``chat.pending_wait_s`` ends it so."""
+    node = register(web.admin, name="node-1", source="local", allowedProfiles=["default"])
+    runner_id = node["runner"]["id"]
+    first = Machine(web.server, runner_id, node["token"])
+    first.connect()
+    conversation_id = chat(web)
+    turn_id = send(web.user, conversation_id, {"text": "are you there?"}).json()["turn"]["id"]
+    url = f"/api/conversations/{conversation_id}/turns/{turn_id}"
+    queued = wait_for(lambda: pending_wire(web.server, runner_id), "the turn's first command")
+    assert [w["kind"] for w in queued] == ["gateway.open"]
+
+    async def gone() -> None:  # the watchdog's disconnect: the command was never taken, so it did not run
+        web.server.hub.runners.disconnect(runner_id, "watchdog")
+
+    web.server.call(gone())
+    waiting = wait_for(lambda: (t := web.user.get(url).json()["turn"])["waitingReason"] and t, "waiting again")
+    assert (waiting["state"], waiting["code"]) == ("pending", None), waiting
+    assert waiting["waitingReason"] == "waiting for node node-1 to connect"
+    second = Machine(web.server, runner_id, node["token"])
+    second.connect()
+    again = wait_for(lambda: pending_wire(web.server, runner_id), "the first command, on the new connection")
+    assert [w["kind"] for w in again] == ["gateway.open"] and again[0]["id"] != queued[0]["id"]
+    assert web.user.get(url).json()["turn"]["state"] == "pending"
+    first.close()
+    second.close()
 
 
 def test_bad_bodies_and_keys_are_refused_and_change_nothing(web: Web) -> None:

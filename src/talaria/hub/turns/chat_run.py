@@ -31,6 +31,10 @@ from talaria.store.interface import Row, Tx
 
 log = structlog.get_logger("talaria.chat")
 
+# Before the submit record these send the turn back to step 2 (wait for the runner) instead of ending it (chat.md
+# 5.3): the runner took nothing, or its connection went away, so nothing can have reached the model.
+WAIT_AGAIN = frozenset({"runner_offline", "runner_connection_closed", "runner_draining"})
+
 
 TEAM_TOOLS_UNAVAILABLE: Final = "Team tools are not available on this node; this turn runs without them."
 
@@ -57,15 +61,24 @@ class RunEntries(RecoveryEntries):
     async def _run_turn(self, turn_id: str) -> None:
         turn = await asyncio.to_thread(self._turn, turn_id)
         stop = self.stops[turn_id]
-        place = await self._wait_for_runner(turn, stop)
-        if place is None:
-            return
+        shown: str | None = None
+        while (place := await self._wait_for_runner(turn, stop, shown)) is not None:
+            if await self._attempt(turn, place, stop):
+                return
+            # nothing was submitted: back to step 2 after a pause (chat.md 5.3), one turn.waiting per reason change
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.timings.pre_submit_retry_s)
+            shown = (await asyncio.to_thread(self._turn, turn_id)).waiting_reason
+
+    async def _attempt(self, turn: ChatTurn, place: Place, stop: asyncio.Event) -> bool:
+        """One try of steps 3-10 on ``place``'s runner: True once the turn ended (or went to recovery), False if
+        the runner went away or refused before anything was submitted and the turn waits for it again."""
         assert place.runner is not None
         runner = place.runner
         conversation = place.conversation
         if not await asyncio.to_thread(self._still_allowed, turn, conversation):
             await self._end_by_code(turn.id, "failed", ACCESS_REVOKED, "the account lost access to this bot")
-            return
+            return True
         bound = conversation["runner_id"]
         node_changed = bound is not None and bound != runner.id
         resume_id = None
@@ -128,14 +141,19 @@ class RunEntries(RecoveryEntries):
                 on_frame=stream.on_frame, stop=stop, prompt_for=prompt_for, channel=channel, keep=keep,
             )  # fmt: skip
         except TalariaError as exc:
+            if exc.code in WAIT_AGAIN and not stop.is_set() and await asyncio.to_thread(self._unsubmitted, turn.id):
+                log.info("chat_turn_waiting_again", turn=turn.id, code=exc.code)
+                stream.close()
+                return False
             await self._after_error(turn.id, stream, exc)
-            return
+            return True
         finally:
             self.per_runner[runner.id] -= 1
             self.streams.pop(turn.id, None)
         if stream.bound_id is not None and stream.stored_id not in (None, stream.bound_id):
             await asyncio.to_thread(self._session_moved, conversation["id"], runner.id, stream.bound_id,
                                     str(stream.stored_id))  # fmt: skip
+        return True
 
     def _session_moved(self, conversation_id: str, runner_id: str, was: str, now_id: str) -> None:
         """The end-of-turn ``session.info`` named a new stored session (chat.md 2, Binding)."""
@@ -143,11 +161,11 @@ class RunEntries(RecoveryEntries):
             tx.run("chat_conversation_session_moved", id=conversation_id, runner_id=runner_id, was=was,
                    hermes_session_id=now_id, now=self.clock.now_ms())  # fmt: skip
 
-    async def _wait_for_runner(self, turn: ChatTurn, stop: asyncio.Event) -> Place | None:
+    async def _wait_for_runner(self, turn: ChatTurn, stop: asyncio.Event, reason: str | None) -> Place | None:
         """The place to run ``turn`` once its runner is connected and has room; None if the turn ended meanwhile
-        (stopped, or ``runner_offline`` after ``chat.pending_wait_s``)."""
+        (stopped, or ``runner_offline`` after ``chat.pending_wait_s``). ``reason``: the waiting reason already
+        shown, if any."""
         give_up = turn.created_at + self.settings.chat_pending_wait_s * 1000
-        reason: str | None = None
         while True:
             place = await asyncio.to_thread(self._place, turn)
             runner = place.runner
@@ -169,6 +187,15 @@ class RunEntries(RecoveryEntries):
                 return None  # the stop route ended the pending turn itself
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.timings.runner_back_check_s)
+
+    def _unsubmitted(self, turn_id: str) -> bool:
+        """The turn is still ``pending`` and nothing of it went to Hermes: no submit record, no attachment sent (its
+        bytes are gone, so another try could not send it again)."""
+        with self.store.read() as tx:
+            turn = get_turn(tx, turn_id)
+            rows = tx.all("chat_attachment_of_messages", conversation_id=turn.conversation_id)
+        sent = any(r["message_id"] == turn.trigger_message_id and r["state"] != "attached" for r in rows)
+        return turn.state == "pending" and turn.submit_state == "none" and not sent
 
     def _waiting(self, turn_id: str, reason: str) -> None:
         def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:

@@ -12,6 +12,7 @@ The model sees each prompt once."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from talaria.testing.model_server import ModelServer, reply, slow, when
 from talaria.testing.real_hermes import RealHermes
@@ -118,3 +119,54 @@ def test_a_turn_sent_while_the_node_is_offline_waits_for_it_and_completes_when_i
     stream.close()
     assert audit_verifies(site.data)
     assert_text_kept_out(["a question for the offline node", "Here I am."], site.data, *site.logs())
+
+
+def _stop_within_five_seconds(site: Site, stream: Stream, conversation_id: str, turn_id: str) -> dict[str, object]:
+    asked = time.monotonic()
+    stopped = site.alice.post(f"/api/conversations/{conversation_id}/turns/{turn_id}/stop")
+    assert stopped.status_code == 202, stopped.text
+    stream.wait_for(ended(turn_id), timeout=5)
+    assert time.monotonic() - asked < 5
+    done = turn_of(site.alice, conversation_id, turn_id)
+    assert (done["state"], done["code"]) == ("interrupted", "stopped"), done
+    return done
+
+
+def test_a_recovering_turn_stops_within_five_seconds_and_its_session_is_interrupted_when_the_node_is_back(
+    site: Site, hermes: RealHermes, model: ModelServer
+) -> None:
+    model.script(when("recovering", slow(LONG_REPLY, first_byte_delay_s=1.0, chunk_delay_s=0.25)))
+    alice = site.alice
+    conversation_id = start_chat(alice, make_bot(alice))
+    stream = Stream(alice, conversation_id)
+
+    def recovering(text: str, take_the_runner_down: Callable[[], object]) -> tuple[str, str]:
+        turn = send(alice, conversation_id, text).json()["turn"]
+        stream.wait_for(lambda events: any(k == "message.delta" and d["turnId"] == turn["id"] for _, k, d in events),
+                        timeout=60)  # fmt: skip
+        take_the_runner_down()
+        stream.wait_for(lambda _: "turn.recovering" in [k for _, k, _ in stream.of_turn(turn["id"])], timeout=60)
+        return turn["id"], f"[talaria-run:{turn['id']}:{turn['triggerMessageId']}]"
+
+    # its node away (stopped): the stop ends it at once; nothing can be interrupted, the session is never reused
+    first, _ = recovering("recovering while the node is away", site.stop_runner)
+    _stop_within_five_seconds(site, stream, conversation_id, first)
+    site.start_runner()
+
+    # SIGKILLed and back at once, the recovery following the session: a cleanup-only channel interrupts it
+    def kill_and_restart() -> None:
+        site.kill_runner()
+        site.start_runner()
+
+    second, marker = recovering("recovering once the node is back", kill_and_restart)
+    _stop_within_five_seconds(site, stream, conversation_id, second)
+    assert model.turn_starts(marker) == 1
+    started = next(r.at for r in model.chat_requests() if r.tools and marker in (r.last_user or ""))
+    while time.time() < started + LONG_REPLY_S + 5:  # an uninterrupted run would have stored its reply by then
+        assert stored_reply(hermes, marker) is None, "the stopped turn's session was not interrupted"
+        time.sleep(0.5)
+    assert not [m for m in messages(alice, conversation_id) if m["role"] == "assistant" and m["final"]]
+    stream.close()
+    assert audit_verifies(site.data)
+    assert_text_kept_out(["recovering while the node is away", "recovering once the node is back"], site.data,
+                         *site.logs())  # fmt: skip

@@ -192,7 +192,9 @@ async def get_turn(conversation_id: ConversationId, turn_id: str, user: UserDep,
 
 
 @router.post(
-    "/{conversation_id}/turns/{turn_id}/stop", status_code=202, openapi_extra=refusals("not_found", "turn_finished")
+    "/{conversation_id}/turns/{turn_id}/stop",
+    status_code=202,
+    openapi_extra=refusals("not_found", "turn_finished", "runner_target_changed"),
 )
 async def stop_turn(conversation_id: ConversationId, turn_id: str, user: UserDep, hub: HubDep) -> Response:
 
@@ -201,6 +203,7 @@ async def stop_turn(conversation_id: ConversationId, turn_id: str, user: UserDep
             turn, ended = hub.chat_turns.stop(user.account, conversation_id, turn_id)
             for kind, data in hub.chat_engine.ended_events(ended) if ended is not None else []:
                 hub.chat_events.emit(conversation_id, kind, data)
+        hub.chat_engine.stop_recovering(turn)
         return turn
 
     turn = await run_in_threadpool(stop)

@@ -2,15 +2,20 @@
 submit record, or that was running when the hub stopped, becomes ``recovering``; on its own runner, once that is
 back (within ``chat.recovery_wait_s``) and the account still has access, the stored session's history decides:
 a reply after the marker completes the turn (``recovered: true``), anything else ends it ``uncertain``. Another
-runner serving the source now ends it ``uncertain`` ``runner_target_changed`` at once. Nothing is submitted again."""
+runner serving the source now ends it ``uncertain`` ``runner_target_changed`` at once. Nothing is submitted again.
+A stop ends it ``interrupted`` ``stopped`` (chat.md 5.6), the session interrupted through a cleanup-only channel;
+when another runner serves the source by then, the stop is 409 ``runner_target_changed`` and the turn ends
+``uncertain`` so (``stop_recovering``)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import structlog
 
+from talaria.chat.records import ChatTurn
 from talaria.chat.turn_writes import NewMessage, get_turn, next_state, set_turn
 from talaria.errors import TalariaError
 from talaria.hub.dispatch import turn_recovery
@@ -24,6 +29,18 @@ log = structlog.get_logger("talaria.chat")
 
 
 class RecoveryEntries(ChatContext):
+    def stop_recovering(self, turn: ChatTurn) -> None:
+        """The stop route's check for a ``recovering`` turn (chat.md 5.6): if another runner serves its source now,
+        the turn ends ``uncertain`` ``runner_target_changed`` and the stop is refused with that code. Worker thread."""
+        if turn.state != "recovering":
+            return
+        runner = self._place(turn).runner
+        if runner is not None and runner.enabled and runner.id != turn.runner_id:
+            self._end(turn.id, None, "uncertain", "runner_target_changed", "another execution node serves the bot now",
+                      None, False)  # fmt: skip
+            raise TalariaError("runner_target_changed", "another execution node serves this bot now; the turn ended "
+                               "uncertain")  # fmt: skip
+
     def _lose(self, turn_id: str) -> None:
         def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
             turn = get_turn(tx, turn_id)
@@ -36,9 +53,15 @@ class RecoveryEntries(ChatContext):
 
         self._write(self._conversation_of(turn_id), write)
 
+    async def _end_stopped(self, turn_id: str) -> None:
+        await asyncio.to_thread(self._end, turn_id, None, "interrupted", "stopped", "stopped at the owner's request",
+                                None, False)  # fmt: skip
+
     async def _recover(self, turn_id: str) -> None:
         """Wait for the turn's own runner, then complete it from the session's history or end it ``uncertain``;
-        nothing is ever submitted again."""
+        nothing is ever submitted again. A stop (chat.md 5.6) ends it ``interrupted`` ``stopped`` at once, after a
+        cleanup-only channel interrupted the session if its runner is connected."""
+        stop = self.stops.get(turn_id) or asyncio.Event()
         await asyncio.to_thread(self._lose, turn_id)
         turn = await asyncio.to_thread(self._turn, turn_id)
         if turn.state != "recovering" or turn.runner_id is None:
@@ -57,18 +80,38 @@ class RecoveryEntries(ChatContext):
             if self.clock.now_ms() >= give_up:
                 await self._end_uncertain(turn_id, UNCERTAIN, "the execution node did not come back in time")
                 return
-            await asyncio.sleep(self.timings.runner_back_check_s)
-        if not await asyncio.to_thread(self._still_allowed, turn, place.conversation):
-            await self._end_by_code(turn_id, "failed", ACCESS_REVOKED, "the account lost access to this bot")
-            return
+            if stop.is_set():  # its node is away: nothing to interrupt now, and the session is never reused
+                await self._end_stopped(turn_id)
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.timings.runner_back_check_s)
         record = JobTurn(job_id=turn.id, tenant=turn.tenant, attempt=1, runner_id=turn.runner_id,
                          profile=place.conversation["bot_profile"], stored_session_id=turn.hermes_session_id,
                          marker=turn.marker or "", state="submitted")  # fmt: skip
         account = AccountRef(turn.owner, turn.tenant, turn.auth_version)
+        if not await asyncio.to_thread(self._still_allowed, turn, place.conversation):
+            await self._end_by_code(turn_id, "failed", ACCESS_REVOKED, "the account lost access to this bot")
+            await turn_recovery.interrupt_for_cleanup(self.driver.channels, record, account)
+            return
         deadline = (turn.submitted_at or turn.created_at) + self.settings.chat_turn_max_s * 1000
+        recovering = asyncio.ensure_future(
+            turn_recovery.recover(self.driver.channels, account, record, clock=self.clock, deadline_ms=deadline)
+        )
+        stopping = asyncio.ensure_future(stop.wait())
         try:
-            result = await turn_recovery.recover(self.driver.channels, account, record, clock=self.clock,
-                                                 deadline_ms=deadline)  # fmt: skip
+            await asyncio.wait({recovering, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if not recovering.done():  # chat.md 5.6: stopped while recovering: a cleanup-only channel interrupts it
+            recovering.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TalariaError, turn_recovery.Unrecoverable):
+                await recovering
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(turn_recovery.interrupt_for_cleanup(self.driver.channels, record, account), 3)
+            await self._end_stopped(turn_id)
+            return
+        try:
+            result = recovering.result()
         except (turn_recovery.Unrecoverable, TalariaError) as exc:
             log.info("chat_turn_unrecoverable", turn=turn_id, reason=type(exc).__name__)
             await self._end_uncertain(turn_id, UNCERTAIN, "the turn may have run; its reply could not be found")

@@ -148,6 +148,13 @@ def test_stop_ends_the_turn_within_five_seconds_and_keeps_the_partial_reply(site
     assert model.turn_starts("endless essay") == 1
     again = alice.post(f"/api/conversations/{conversation_id}/turns/{turn_id}/stop")
     assert again.status_code == 409 and again.json()["code"] == "turn_finished"
+    audit = alice.get("/api/audit", params={"conversation": conversation_id}).json()["events"]
+    end = next(e for e in audit if e["type"] == "chat.turn.ended" and e["subject"].get("turn") == turn_id)
+    assert (end["reasonCode"], end["actor"]["principal"], end["actor"]["via"]) == (
+        "stopped",
+        "acct:default/alice",
+        "web",
+    )  # chat.md 8: the owner's
     # the next prompt opens a new session, with the replaced session's notice
     model.script(when("after the stop", reply("Fresh start.")))
     nxt = send(alice, conversation_id, "after the stop")

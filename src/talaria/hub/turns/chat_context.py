@@ -26,7 +26,7 @@ from talaria.hub.timings import HubTimings
 from talaria.hub.turns.chat_channels import KeptChannels
 from talaria.hub.turns.chat_frames import Draft, TurnStream
 from talaria.hub.turns.driver import TurnDriver
-from talaria.lifecycle.actor import Actor
+from talaria.lifecycle.actor import Actor, account_principal
 from talaria.lifecycle.audit_key import AuditKey
 from talaria.settings import Settings
 from talaria.store.interface import Row, Store, Tx
@@ -66,6 +66,11 @@ class ChatContext:
 
     def actor(self, tenant: str) -> Actor:
         return Actor(self.settings.lifecycle_dispatcher_principal, frozenset(), "in_process", tenant)
+
+    @staticmethod
+    def owner(turn: ChatTurn) -> Actor:
+        """Chat.md 8: a stop's end is the owner's, through the web."""
+        return Actor(account_principal(turn.tenant, turn.owner), frozenset(), "web", turn.tenant)
 
     def _turn(self, turn_id: str) -> ChatTurn:
         with self.store.read() as tx:
@@ -115,7 +120,8 @@ class ChatContext:
                 return []
             usage = self._usage(tx, turn, stream)
             stored_reply = replace(reply, usage=public_usage(usage)) if reply is not None and usage else reply
-            ended = end_turn(tx, turn, state=state, code=code, error=error, actor=actor or self.actor(turn.tenant),
+            by = actor or (self.owner(turn) if code == "stopped" else self.actor(turn.tenant))
+            ended = end_turn(tx, turn, state=state, code=code, error=error, actor=by,
                              key=self.key, now_ms=now, reply=stored_reply, usage=usage)  # fmt: skip
             if stream is not None:
                 stream.ended_state = state

@@ -74,6 +74,7 @@ def model_config(model_url: str, *, plugin: bool = True, extra: str = "") -> str
         "  default: scripted",
         f'  base_url: "{model_url}"',
         "  api_key: test-key",
+        "  supports_vision: true",  # an attached image goes to the model as an image part, not a description
         "tools:",
         "  tool_search:",
         '    enabled: "off"',

@@ -18,10 +18,11 @@ import httpx
 import pytest
 
 from talaria.clock import SystemClock
+from talaria.hub.timings import HubTimings
 from talaria.testing.hermes_fixture import HermesFixture
 from talaria.testing.hub_server import HubServer
 from tests.conftest import add_account, login
-from tests.hermes.chat_support import Stream, ended, make_bot, messages, send, start_chat, wait_turn
+from tests.hermes.chat_support import Stream, ended, make_bot, messages, send, start_chat, turn_of, wait_turn
 from tests.integration.runner_support import RunnerProcess, register_node
 
 
@@ -31,6 +32,7 @@ class Chat:
     hermes: HermesFixture
     alice: httpx.Client
     conversation_id: str
+    runner: RunnerProcess | None = None
 
 
 @contextmanager
@@ -44,7 +46,7 @@ def chat_hub(tmp_path: Path, **settings: Any) -> Iterator[Chat]:
             runner = RunnerProcess(path, tmp_path / "logs", "runner")
             runner.wait_for("runner connected")
             alice = login(server, "alice")
-            made = Chat(server, hermes, alice, start_chat(alice, make_bot(alice)))
+            made = Chat(server, hermes, alice, start_chat(alice, make_bot(alice)), runner)
             yield made
             made.alice.close()  # a test may have signed her in again
         finally:
@@ -184,3 +186,31 @@ def test_a_turn_entitled_to_team_tools_on_a_node_not_ready_runs_without_them_and
     assert (ready["state"], ready["teamTools"]) == ("completed", True)
     assert len(chat.hermes.binds()) == 1
     assert len([m for m in messages(chat.alice, chat.conversation_id) if m["role"] == "system"]) == 1
+
+
+def test_stopping_a_recovering_turn_whose_source_another_node_serves_now_is_409_and_the_turn_ends_uncertain(
+    tmp_path: Path, fast_argon2: None
+) -> None:
+    # the recovery looks for its runner rarely here, so the stop route is what finds the new node
+    with chat_hub(tmp_path, timings=HubTimings(runner_back_check_s=120)) as chat:
+        chat.hermes.knobs.delta_delay = 0.5
+        stream = Stream(chat.alice, chat.conversation_id)
+        try:
+            sent = send(chat.alice, chat.conversation_id, "a long answer please")
+            turn_id = sent.json()["turn"]["id"]
+            stream.wait_for(lambda events: any(k == "message.delta" for _, k, _ in events), timeout=30)
+            assert chat.runner is not None
+            chat.runner.stop()  # its channel ends with it: the turn is recovering, waiting for its node
+            stream.wait_for(lambda _: "turn.recovering" in [k for _, k, _ in stream.of_turn(turn_id)], timeout=30)
+            recovering = turn_of(chat.alice, chat.conversation_id, turn_id)
+            assert recovering["state"] == "recovering", recovering
+            assert chat.server.hub.registry.disable(str(recovering["runnerId"]))
+            register_node(chat.server, tmp_path / "node-2", hermes_url=chat.hermes.url,
+                          session_token=chat.hermes.session_token, name="node-2")  # fmt: skip
+            stopped = chat.alice.post(f"/api/conversations/{chat.conversation_id}/turns/{turn_id}/stop")
+            assert stopped.status_code == 409 and stopped.json()["code"] == "runner_target_changed", stopped.text
+            stream.wait_for(ended(turn_id), timeout=10)
+        finally:
+            stream.close()
+        done = wait_turn(chat.alice, chat.conversation_id, turn_id)
+        assert (done["state"], done["code"]) == ("uncertain", "runner_target_changed")

@@ -15,8 +15,10 @@ from typing import Any
 import httpx
 
 
-def make_bot(client: httpx.Client, name: str = "Helper", profile: str = "default", instructions: str = "") -> str:
-    answer = client.post("/api/bots", json={"name": name, "source": "local", "profile": profile,
+def make_bot(
+    client: httpx.Client, name: str = "Helper", profile: str = "default", instructions: str = "", source: str = "local"
+) -> str:
+    answer = client.post("/api/bots", json={"name": name, "source": source, "profile": profile,
                                             "instructions": instructions})  # fmt: skip
     assert answer.status_code == 201, answer.text
     bot_id: str = answer.json()["bot"]["id"]

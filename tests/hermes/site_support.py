@@ -126,11 +126,13 @@ def sign_in(url: str, username: str) -> httpx.Client:
     return client
 
 
-def register_node(tmp: Path, url: str, hermes: RealHermes, name: str, profiles: tuple[str, ...] = ("default",)) -> Path:
-    """`talaria admin runners register` (source `local`) and the node's Hermes token file; returns runner.json."""
+def register_node(
+    tmp: Path, url: str, hermes: RealHermes, name: str, profiles: tuple[str, ...] = ("default",), source: str = "local"
+) -> Path:
+    """`talaria admin runners register` (of ``source``) and the node's Hermes token file; returns runner.json."""
     config = tmp / name / "runner.json"
     config.parent.mkdir()
-    node = ["--name", name, "--server-url", url, "--hermes-url", hermes.url]
+    node = ["--name", name, "--source", source, "--server-url", url, "--hermes-url", hermes.url]
     node += [arg for profile in profiles for arg in ("--profile", profile)]
     registered = talaria("admin", "runners", "register", "--data-dir", str(tmp / "data"), *node, "--out", str(config),
                          cwd=tmp)  # fmt: skip

@@ -5,6 +5,7 @@ limits at their edges, one live turn per conversation, Idempotency-Key replay, s
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -12,7 +13,10 @@ from typing import Any
 
 import pytest
 
+from talaria.chat.records import ChatTurn
+from talaria.hub.turns.chat_context import ChatContext
 from talaria.limits import MAX_CHAT_TEXT_CHARS
+from talaria.store.interface import Row
 from talaria.testing.hub_server import HubServer
 from tests.integration.chat_web_support import chat, send
 from tests.integration.runner_support import Machine, pending_wire, register
@@ -218,3 +222,40 @@ def test_live_turns_per_account_and_per_hub_are_limited_with_retry_after(
         busy = send(web.other, chat(web, web.other), {"text": "go"})
         assert_error(busy, 429, "chat_busy")
         assert busy.headers["Retry-After"] == "5"
+
+
+def test_turns_arriving_together_never_take_more_than_chat_per_runner_slots(
+    make_hub: Callable[..., HubServer], fast_argon2: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chat.md 5.3 step 2: a runner running ``chat.per_runner`` turns makes the next one wait ``busy``, also while
+    the first is still between its admission and its first command (here held there): the slot is taken with the
+    count, not later."""
+    held, release = threading.Event(), threading.Event()
+    allowed = ChatContext._still_allowed
+
+    def slow_check(self: ChatContext, turn: ChatTurn, conversation: Row) -> bool:
+        held.set()
+        release.wait(30)
+        return allowed(self, turn, conversation)
+
+    monkeypatch.setattr(ChatContext, "_still_allowed", slow_check)
+    with ExitStack() as stack:
+        stack.callback(release.set)
+        web = open_web(make_hub, stack, chat_per_runner=1)
+        node = register(web.admin, name="node-1", source="local", allowedProfiles=["default"])
+        runner_id = node["runner"]["id"]
+        machine = Machine(web.server, runner_id, node["token"])
+        stack.callback(machine.close)
+        machine.connect()
+        first, second = chat(web), chat(web)
+        assert send(web.user, first, {"text": "first"}).status_code == 202
+        assert held.wait(10), "the first turn never reached its access check"
+        turn_id = send(web.user, second, {"text": "second"}).json()["turn"]["id"]
+        url = f"/api/conversations/{second}/turns/{turn_id}"
+        waiting = wait_for(lambda: web.user.get(url).json()["turn"]["waitingReason"], "the second turn waiting")
+        assert waiting == "waiting for node node-1: busy"
+        release.set()
+        opened = wait_for(lambda: pending_wire(web.server, runner_id), "the first turn's first command")
+        assert [w["kind"] for w in opened] == ["gateway.open"]
+        assert web.user.get(url).json()["turn"]["waitingReason"] == "waiting for node node-1: busy"
+        assert [w["kind"] for w in pending_wire(web.server, runner_id)] == ["gateway.open"]

@@ -63,8 +63,12 @@ class RunEntries(RecoveryEntries):
         stop = self.stops[turn_id]
         shown: str | None = None
         while (place := await self._wait_for_runner(turn, stop, shown)) is not None:
-            if await self._attempt(turn, place, stop):
-                return
+            assert place.runner is not None
+            try:
+                if await self._attempt(turn, place, stop):
+                    return
+            finally:
+                self.per_runner[place.runner.id] -= 1  # the slot _wait_for_runner took
             # nothing was submitted: back to step 2 after a pause (chat.md 5.3), one turn.waiting per reason change
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.timings.pre_submit_retry_s)
@@ -129,7 +133,6 @@ class RunEntries(RecoveryEntries):
             self.kept.keep(live)
             return True
 
-        self.per_runner[runner.id] = self.per_runner.get(runner.id, 0) + 1
         try:
             await self.driver.run(
                 runner_id=runner.id, account=account,
@@ -148,7 +151,6 @@ class RunEntries(RecoveryEntries):
             await self._after_error(turn.id, stream, exc)
             return True
         finally:
-            self.per_runner[runner.id] -= 1
             self.streams.pop(turn.id, None)
         if stream.bound_id is not None and stream.stored_id not in (None, stream.bound_id):
             await asyncio.to_thread(self._session_moved, conversation["id"], runner.id, stream.bound_id,
@@ -163,14 +165,18 @@ class RunEntries(RecoveryEntries):
 
     async def _wait_for_runner(self, turn: ChatTurn, stop: asyncio.Event, reason: str | None) -> Place | None:
         """The place to run ``turn`` once its runner is connected and has room; None if the turn ended meanwhile
-        (stopped, or ``runner_offline`` after ``chat.pending_wait_s``). ``reason``: the waiting reason already
-        shown, if any."""
+        (stopped, or ``runner_offline`` after ``chat.pending_wait_s``). A place returned holds one of its runner's
+        ``chat.per_runner`` slots, which the caller gives back. ``reason``: the waiting reason already shown, if
+        any."""
         give_up = turn.created_at + self.settings.chat_pending_wait_s * 1000
         while True:
             place = await asyncio.to_thread(self._place, turn)
             runner = place.runner
             if runner is not None and runner.enabled and self.runners.is_connected(runner.id):
                 if self.per_runner.get(runner.id, 0) < self.settings.chat_per_runner:
+                    # taken here, with no await between the count and the taking: turns arriving together would
+                    # all see a free slot if it were taken later (the caller gives it back after the attempt)
+                    self.per_runner[runner.id] = self.per_runner.get(runner.id, 0) + 1
                     return place
                 now_reason = f"waiting for node {runner.name}: busy"
             else:

@@ -214,3 +214,14 @@ def test_stopping_a_recovering_turn_whose_source_another_node_serves_now_is_409_
             stream.close()
         done = wait_turn(chat.alice, chat.conversation_id, turn_id)
         assert (done["state"], done["code"]) == ("uncertain", "runner_target_changed")
+
+
+def test_a_message_sent_at_once_after_the_end_waits_for_the_channel_and_goes_on_in_it(chat: Chat) -> None:
+    # the end is stored at Hermes' message.complete; the end-of-turn session.info comes 0.5 s later, and only then is
+    # the channel kept: a message sent at once must not open another channel onto the same live session
+    chat.hermes.knobs.end_info_delay = 0.5
+    first = _turn(chat, "the first of two quick ones")
+    second = _turn(chat, "the second at once")
+    assert (first["state"], second["state"], second["carry"]) == ("completed", "completed", "none")
+    assert chat.hermes.rpc_requests("session.resume") == []
+    assert len(set(_connections(chat, "prompt.submit"))) == 1

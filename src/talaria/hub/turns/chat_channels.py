@@ -22,6 +22,9 @@ from talaria.hub.runners.connection_state import AccountRef, Gateway
 log = structlog.get_logger("talaria.chat")
 
 KEPT_PER_RUNNER: Final = 16  # idle channels per runner (runner-protocol.md 14 allows 64 open ones)
+# how long a next turn waits for the previous turn's channel to be kept or closed: the end-of-turn session.info is
+# read for at most 1 s after the end (chat.md 5.3 step 10), and closing asks the runner
+SETTLE_WAIT_S: Final = 5.0
 
 
 @dataclass
@@ -43,11 +46,34 @@ class KeptChannels:
         self.idle_s = idle_s
         self._kept: dict[str, Kept] = {}
         self._closing: set[asyncio.Task[None]] = set()
+        self._settling: dict[str, asyncio.Event] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def enabled(self) -> bool:
         return self.idle_s > 0
+
+    def settling(self, conversation_id: str) -> asyncio.Event:
+        """A turn of ``conversation_id`` holds a channel until ``release``. On the loop."""
+        event = asyncio.Event()
+        self._settling[conversation_id] = event
+        return event
+
+    def release(self, conversation_id: str, event: asyncio.Event) -> None:
+        """The turn's channel is kept or closed now."""
+        event.set()
+        if self._settling.get(conversation_id) is event:
+            del self._settling[conversation_id]
+
+    async def settled(self, conversation_id: str) -> None:
+        """Wait (at most ``SETTLE_WAIT_S``) until the conversation's previous turn has kept or closed its channel:
+        its end is stored before that, so the next turn may start while the channel still reads the end-of-turn
+        ``session.info``, and a prompt Hermes got before it would find the session still busy."""
+        event = self._settling.get(conversation_id)
+        if event is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), SETTLE_WAIT_S)
 
     def keep(self, kept: Kept) -> None:
         """On the loop, after the turn's end was stored: keep its channel for ``idle_s``."""

@@ -89,6 +89,8 @@ class RunEntries(RecoveryEntries):
         if not node_changed and bound == runner.id and conversation["session_reusable"]:
             resume_id = conversation["hermes_session_id"]
         account = AccountRef(turn.owner, turn.tenant, turn.auth_version)
+        # the previous turn's end is stored before its channel is kept or closed (chat.md 5.3 step 10): wait for that
+        await self.kept.settled(conversation["id"])
         kept = self.kept.take(conversation["id"], runner.id, account, resume_id) if resume_id is not None else None
         if resume_id is None:
             self.kept.close_conversation(conversation["id"])
@@ -133,6 +135,7 @@ class RunEntries(RecoveryEntries):
             self.kept.keep(live)
             return True
 
+        settling = self.kept.settling(conversation["id"])
         try:
             await self.driver.run(
                 runner_id=runner.id, account=account,
@@ -152,6 +155,7 @@ class RunEntries(RecoveryEntries):
             return True
         finally:
             self.streams.pop(turn.id, None)
+            self.kept.release(conversation["id"], settling)
         if stream.bound_id is not None and stream.stored_id not in (None, stream.bound_id):
             await asyncio.to_thread(self._session_moved, conversation["id"], runner.id, stream.bound_id,
                                     str(stream.stored_id))  # fmt: skip

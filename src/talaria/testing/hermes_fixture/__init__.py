@@ -38,6 +38,7 @@ Plain knobs, ``fixture.knobs.<name>`` (seconds for times), read where they apply
 opened while set are aborted after sending that many frames; ``gateway.ready`` is the first), ``delta_count``,
 ``delta_delay`` (before each delta), ``agent_build_delay`` (create → ``session.info``, default 0.05),
 ``persist_delay`` (submit answer → user row), ``interrupt_delay`` (interrupt → ``message.complete``),
+``end_info_delay`` (``message.complete`` → the end-of-turn ``session.info``),
 ``clarify_timeout`` (also bounds an approval wait), ``reap_grace`` (default 20), ``max_sessions`` (then 4090),
 ``dashboard_page``, ``status_overrides`` (merged into ``/api/status``), ``plugin_enabled`` (False: plugin routes
 404), ``capabilities`` (the capabilities body; default ready), ``bind_native_tools``, ``bind_tools``,

@@ -160,6 +160,7 @@ class Knobs:
     persist_delay: float = 0.0
     """Delay between a ``prompt.submit`` answer and the user row (a first turn's stored id is unknown until then)."""
     interrupt_delay: float = 0.0
+    end_info_delay: float = 0.0  # message.complete -> the end-of-turn session.info
     """Delay between ``session.interrupt`` and the ``message.complete`` with status ``interrupted``."""
     clarify_timeout: float = 300.0
     """How long a ``clarify.request`` or ``approval.request`` waits for its answer (then empty / none)."""

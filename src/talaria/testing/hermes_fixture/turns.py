@@ -216,6 +216,7 @@ async def _finish(state: FixtureState, session: LiveSession, turn: Turn, reply: 
         session.last_active = state.now()
         state.changed()
     await state.emit(session, "message.complete", {"text": text, "status": status, "usage": usage_of(session)})
+    await state.pause(state.knobs.end_info_delay)
     await state.emit(session, "session.info", session_info(state, session))
     if queued is not None:
         with state.cond:

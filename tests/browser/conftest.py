@@ -13,7 +13,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import pytest
@@ -25,7 +25,7 @@ from talaria.testing.hub_server import HubServer
 from talaria.testing.model_server import ModelServer
 from talaria.testing.real_hermes import RealHermes
 from tests.conftest import PASSWORD, add_account
-from tests.integration.runner_support import RunnerProcess, register_node
+from tests.hermes.site_support import Site, running_site
 
 ROOT = Path(__file__).resolve().parents[2]
 PHONE = {"width": 390, "height": 844}
@@ -164,22 +164,23 @@ def chat_hub(tmp_path: Path) -> Iterator[HubServer]:
 
 
 @pytest.fixture
-def chat_node(
-    chat_hub: HubServer, model: ModelServer, tmp_path: Path, hermes_executable: Path
-) -> Iterator[RunnerProcess]:
-    """A real Hermes (profiles ``default`` and ``work``) and a connected runner for source ``local``, node ``node``."""
-    with RealHermes(tmp_path / "hermes", model.base_url, profiles=("work",)) as hermes:
-        config = register_node(chat_hub, tmp_path / "node", hermes_url=hermes.url, session_token=hermes.session_token,
-                               allowedProfiles=["default", "work"])  # fmt: skip
-        runner = RunnerProcess(config, tmp_path / "logs")
-        try:
-            runner.wait_for("runner connected")
-            yield runner
-        finally:
-            runner.close()
+def chat_site(tmp_path: Path, model: ModelServer, hermes_executable: Path) -> Iterator[Site]:
+    """The chat pages over processes (chat.md 9): a ``talaria hub`` process, a runner process in front of a real
+    Hermes (profiles ``default`` and ``work``) driven by ``model``, and alice, bob and root signed in as clients
+    (tests/hermes/site_support.py). Its streams keep the production keepalive (no setting changes it)."""
+    with RealHermes(tmp_path / "hermes", model.base_url, profiles=("work",)) as hermes, \
+            running_site(tmp_path, hermes) as site:  # fmt: skip
+        yield site
 
 
-def sign_in(page: Page, hub: HubServer, username: str, password: str = PASSWORD) -> None:
+class Served(Protocol):
+    """Where a hub serves the pages: an in-thread ``HubServer`` or a ``talaria hub`` process's ``Site``."""
+
+    @property
+    def url(self) -> str: ...
+
+
+def sign_in(page: Page, hub: Served, username: str, password: str = PASSWORD) -> None:
     page.goto(f"{hub.url}/login")
     page.get_by_label("Username").fill(username)
     page.get_by_label("Password").fill(password)

@@ -1,22 +1,18 @@
-"""Chatting in a real browser (chat.md 9, scenarios 1, 2, 13 and 15): a hub, a real runner in front of a real
-``hermes serve`` driven by the scripted model, and chromium on the conversation page."""
+"""Chatting in a real browser (chat.md 9, scenarios 1, 2, 13 and 15): a ``talaria hub`` process, a real runner
+process in front of a real ``hermes serve`` driven by the scripted model, and chromium on the conversation page.
+Each test ends with ``audit verify`` passing and no message text in the audit table or the processes' logs."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
-import httpx
-import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from talaria.testing.hub_server import HubServer
 from talaria.testing.model_server import ModelServer, reply, slow, tool_call, when
 from tests.browser.chat_support import assert_fits_everywhere, assert_unique
 from tests.browser.conftest import DESKTOP, PHONE, Browsers, screenshot_dir, sign_in
-from tests.conftest import login
-from tests.hermes.chat_support import make_bot, start_chat
-from tests.integration.runner_support import RunnerProcess
+from tests.hermes.chat_support import assert_text_kept_out, audit_verifies, make_bot, start_chat
+from tests.hermes.site_support import Site
 
 GREETING = (
     "Hello! I am Writer. This reply comes in small pieces, so the page shows it growing while it streams, "
@@ -27,19 +23,10 @@ GREETING = (
 DRAFT_TEXT = "() => { const b = document.querySelector('article[aria-busy=true] .body'); return b && b.textContent; }"
 
 
-@pytest.fixture
-def alice(chat_hub: HubServer) -> Iterator[httpx.Client]:
-    client = login(chat_hub, "alice")
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-def _conversation(browsers: Browsers, hub: HubServer, conversation_id: str) -> Page:
+def _conversation(browsers: Browsers, site: Site, conversation_id: str) -> Page:
     page = browsers.context().page()
-    sign_in(page, hub, "alice")
-    page.goto(f"{hub.url}/chats/{conversation_id}")
+    sign_in(page, site, "alice")
+    page.goto(f"{site.url}/chats/{conversation_id}")
     expect(page.get_by_role("textbox", name="Message")).to_be_visible()
     return page
 
@@ -49,14 +36,14 @@ def _last_reply(page: Page) -> Locator:
 
 
 def test_writer_is_made_in_the_browser_and_its_replies_stream_into_the_conversation(
-    chat_hub: HubServer, browsers: Browsers, model: ModelServer, chat_node: RunnerProcess
+    chat_site: Site, browsers: Browsers, model: ModelServer
 ) -> None:
     model.script(when("hello", slow(GREETING, chunk_delay_s=0.08)),
                  when("use a tool", tool_call("todo", {}), reply("Done: the **list** is made.")))  # fmt: skip
     watched = browsers.context()
     watched.expect_refusal("/api/bots")
     page = watched.page()
-    sign_in(page, chat_hub, "alice")
+    sign_in(page, chat_site, "alice")
     page.get_by_role("link", name="Bots").click()
     form = page.get_by_role("form", name="Create a bot")
     form.get_by_role("textbox", name="Name").fill("Writer")
@@ -121,16 +108,19 @@ def test_writer_is_made_in_the_browser_and_its_replies_stream_into_the_conversat
         page.set_viewport_size(size)
         page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
         page.screenshot(path=screenshot_dir() / f"chat-{name}.png")
+    assert audit_verifies(chat_site.data)
+    said = ["please use a tool", GREETING, "Done: the **list** is made.", "Answer briefly."]
+    assert_text_kept_out(said, chat_site.data, *chat_site.logs())
 
 
 def test_a_page_reloaded_mid_turn_resumes_the_draft_and_ends_like_a_page_never_reloaded(
-    chat_hub: HubServer, browsers: Browsers, model: ModelServer, chat_node: RunnerProcess, alice: httpx.Client
+    chat_site: Site, browsers: Browsers, model: ModelServer
 ) -> None:
     essay = " ".join(f"Sentence {n} of an essay that streams for a while." for n in range(1, 13))
     model.script(when("an essay", slow(essay, chunk_delay_s=0.05)))
-    conversation_id = start_chat(alice, make_bot(alice, "Writer", profile="work"))
-    still = _conversation(browsers, chat_hub, conversation_id)
-    moved = _conversation(browsers, chat_hub, conversation_id)
+    conversation_id = start_chat(chat_site.alice, make_bot(chat_site.alice, "Writer", profile="work"))
+    still = _conversation(browsers, chat_site, conversation_id)
+    moved = _conversation(browsers, chat_site, conversation_id)
     still.get_by_role("textbox", name="Message").fill("an essay, please")
     still.get_by_role("button", name="Send").click()
     growing = "t => { const b = document.querySelector('article[aria-busy=true] .body'); " \
@@ -148,6 +138,8 @@ def test_a_page_reloaded_mid_turn_resumes_the_draft_and_ends_like_a_page_never_r
     expect(_last_reply(moved).locator(".body")).to_have_text(essay)
     assert _last_reply(moved).evaluate("a => a.outerHTML") == _last_reply(still).evaluate("a => a.outerHTML")
     assert model.turn_starts("an essay, please") == 1
+    assert audit_verifies(chat_site.data)
+    assert_text_kept_out(["an essay, please", essay], chat_site.data, *chat_site.logs())
 
 
 XSS_REPLY = (
@@ -159,11 +151,11 @@ XSS_REPLY = (
 
 
 def test_html_and_script_in_a_reply_show_as_text_and_the_conversation_fits_every_screen(
-    chat_hub: HubServer, browsers: Browsers, model: ModelServer, chat_node: RunnerProcess, alice: httpx.Client
+    chat_site: Site, browsers: Browsers, model: ModelServer
 ) -> None:
     model.script(when("show me", slow(XSS_REPLY, chunk_delay_s=0.01)))
-    conversation_id = start_chat(alice, make_bot(alice, "Writer", profile="work"))
-    page = _conversation(browsers, chat_hub, conversation_id)
+    conversation_id = start_chat(chat_site.alice, make_bot(chat_site.alice, "Writer", profile="work"))
+    page = _conversation(browsers, chat_site, conversation_id)
     page.get_by_role("textbox", name="Message").fill('show me <img src=x onerror="window.__pwned = 4"> as text')
     page.get_by_role("button", name="Send").click()
     answer = _last_reply(page)
@@ -188,5 +180,8 @@ def test_html_and_script_in_a_reply_show_as_text_and_the_conversation_fits_every
                   ("button", "Archive"), ("link", "All conversations"))  # fmt: skip
     assert_fits_everywhere(page)
     for path in ("/chats", "/bots"):
-        page.goto(f"{chat_hub.url}{path}")
+        page.goto(f"{chat_site.url}{path}")
         assert_fits_everywhere(page)
+    assert audit_verifies(chat_site.data)
+    said = ['show me <img src=x onerror="window.__pwned = 4"> as text', "<script>window.__pwned = 2</script>"]
+    assert_text_kept_out(said, chat_site.data, *chat_site.logs())

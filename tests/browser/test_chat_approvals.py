@@ -1,34 +1,22 @@
 """Approval cards in a real browser from a real Hermes (chat.md 9, scenario 5): the scripted model calls Hermes'
 ``terminal`` tool with a dangerous command and its ``clarify`` tool; ``hermes serve`` asks, the hub shows the card
-(``Approval needed``, ``Question from Helper``), and the card's buttons answer it (chat.md 6.2's names only)."""
+(``Approval needed``, ``Question from Helper``), and the card's buttons answer it (chat.md 6.2's names only). Over
+processes: a ``talaria hub``, a real runner and real ``hermes serve``; it ends with ``audit verify`` passing and no
+message text in the audit table or the processes' logs."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-import pytest
 from playwright.sync_api import Page, expect
 
-from talaria.testing.hub_server import HubServer
 from talaria.testing.model_server import ModelServer, reply_with_tool_result, tool_call, when
 from tests.browser.conftest import Browsers, sign_in
-from tests.conftest import login
-from tests.hermes.chat_support import make_bot, start_chat
-from tests.integration.runner_support import RunnerProcess
+from tests.hermes.chat_support import assert_text_kept_out, audit_verifies, make_bot, start_chat
+from tests.hermes.site_support import Site
 
 WAIT_MS = 120_000  # Hermes builds its agent first; under load that takes a while
-
-
-@pytest.fixture
-def alice(chat_hub: HubServer) -> Iterator[httpx.Client]:
-    client = login(chat_hub, "alice")
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 def _say(page: Page, text: str) -> None:
@@ -44,9 +32,8 @@ def _turn_over(page: Page, replies: int) -> None:
 
 
 def test_real_hermes_asks_and_the_cards_approve_deny_and_answer(
-    chat_hub: HubServer, browsers: Browsers, model: ModelServer, chat_node: RunnerProcess, alice: httpx.Client,
-    tmp_path: Path,
-) -> None:  # fmt: skip
+    chat_site: Site, browsers: Browsers, model: ModelServer, tmp_path: Path
+) -> None:
     kept, removed = tmp_path / "scratch-kept", tmp_path / "scratch-removed"
     kept.mkdir()
     removed.mkdir()
@@ -57,10 +44,10 @@ def test_real_hermes_asks_and_the_cards_approve_deny_and_answer(
         when("banner", tool_call("clarify", {"question": question, "choices": ["teal", "amber"]}),
              reply_with_tool_result("Noted: ")),
     )  # fmt: skip
-    conversation_id = start_chat(alice, make_bot(alice, "Helper"))
+    conversation_id = start_chat(chat_site.alice, make_bot(chat_site.alice, "Helper"))
     page = browsers.context().page()
-    sign_in(page, chat_hub, "alice")
-    page.goto(f"{chat_hub.url}/chats/{conversation_id}")
+    sign_in(page, chat_site, "alice")
+    page.goto(f"{chat_site.url}/chats/{conversation_id}")
 
     _say(page, "remove the first scratch directory")
     needed = page.get_by_role("group", name="Approval needed")
@@ -101,3 +88,8 @@ def test_real_hermes_asks_and_the_cards_approve_deny_and_answer(
     expect(page.get_by_role("article", name=re.compile("^Talaria"))).to_have_count(4)
     for text in ("remove the first", "remove the second", "pick the banner", "name another banner"):
         assert model.turn_starts(text) == 1, text
+    assert audit_verifies(chat_site.data)
+    said = ["remove the first scratch directory", "remove the second scratch directory", "pick the banner colour",
+            "name another banner colour", f"rm -rf {removed}", f"rm -rf {kept}", question,
+            "a deep forest green"]  # fmt: skip
+    assert_text_kept_out(said, chat_site.data, *chat_site.logs())

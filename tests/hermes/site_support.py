@@ -12,6 +12,7 @@ import json
 import signal
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,13 @@ def create_user(data: Path, username: str, role: str, allowed: tuple[str, ...]) 
 
 @pytest.fixture
 def site(tmp_path: Path, hermes: RealHermes) -> Iterator[Site]:
+    with running_site(tmp_path, hermes) as made:
+        yield made
+
+
+@contextmanager
+def running_site(tmp_path: Path, hermes: RealHermes) -> Iterator[Site]:
+    """A ``Site`` over ``tmp_path`` in front of ``hermes``, closed (every hub and runner it started) at exit."""
     data = tmp_path / "data"
     url = f"http://127.0.0.1:{free_port()}"
     (first, *others) = PEOPLE

@@ -94,6 +94,24 @@ class Site:
         self.runner.wait_for("runner connected", timeout=30)
         return self.runner
 
+    def switch_node(self, name: str = "node-2") -> str:
+        """Re-register the source's node (chat.md 9 scenario 10): the runner stopped, its registration deleted, a new
+        node ``name`` registered through the admin API and its runner started; returns the new runner's id."""
+        old_id = self.runner_id
+        self.stop_runner()
+        disabled = self.root.delete(f"/api/admin/runners/{old_id}")
+        assert disabled.status_code == 200, disabled.text
+        body = {"name": name, "allowedProfiles": list(NODE_PROFILES), "hermesURL": self.hermes.url,
+                "serverURL": self.url}  # fmt: skip
+        registered = self.root.post("/api/admin/runners", json=body)
+        assert registered.status_code == 201, registered.text
+        new_id: str = registered.json()["runner"]["id"]
+        (self.tmp / name).mkdir()
+        config = with_token_file(self.tmp / name / "runner.json", self.hermes, registered.json()["config"])
+        self.start_runner(config)
+        wait_until(lambda: self.online(new_id), timeout=30, what="the new runner's state")
+        return new_id
+
     def online(self, runner_id: str) -> bool:
         """The runner's ``online`` in the admin list (it has a connection state, runner-protocol.md 3)."""
         runners = self.root.get("/api/admin/runners").json()["runners"]

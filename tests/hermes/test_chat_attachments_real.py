@@ -27,8 +27,7 @@ from tests.hermes.chat_support import (
     start_chat,
     wait_turn,
 )
-from tests.hermes.site_support import NODE_PROFILES, Site, with_token_file
-from tests.integration.runner_support import wait_until
+from tests.hermes.site_support import Site
 from tests.integration.web_support import assert_error
 
 ASKED = "please look at the shot and the notes"
@@ -143,19 +142,7 @@ def test_after_a_node_switch_the_carry_over_names_the_attachments_absent_and_sen
     first_turn = send_with_files(site, conversation_id)
     assert len(image_parts(turn_request(model, first_turn))) == 1
     old_paths = [str(path) for _, _, _, path, _ in stored_attachments(site.data)]
-    old_id = site.runner_id
-    site.stop_runner()
-    disabled = site.root.delete(f"/api/admin/runners/{old_id}")
-    assert disabled.status_code == 200, disabled.text
-    body = {"name": "node-2", "allowedProfiles": list(NODE_PROFILES), "hermesURL": site.hermes.url,
-            "serverURL": site.url}  # fmt: skip
-    registered = site.root.post("/api/admin/runners", json=body)
-    assert registered.status_code == 201, registered.text
-    new_id = registered.json()["runner"]["id"]
-    (site.tmp / "node-2").mkdir()
-    config = with_token_file(site.tmp / "node-2" / "runner.json", site.hermes, registered.json()["config"])
-    site.start_runner(config)
-    wait_until(lambda: site.online(new_id), timeout=30, what="the new runner's state")
+    new_id = site.switch_node()
     turn_id = send(alice, conversation_id, "what did I attach before?").json()["turn"]["id"]
     done = wait_turn(alice, conversation_id, turn_id, timeout=180)
     assert done["state"] == "completed" and done["carry"] == "node-changed" and done["runnerId"] == new_id, done

@@ -15,8 +15,7 @@ from tests.hermes.chat_support import (
     start_chat,
     wait_turn,
 )
-from tests.hermes.site_support import NODE_PROFILES, Site, with_token_file
-from tests.integration.runner_support import wait_until
+from tests.hermes.site_support import Site
 
 
 def test_the_next_turn_after_a_node_switch_carries_the_transcript_with_its_notice(
@@ -29,19 +28,7 @@ def test_the_next_turn_after_a_node_switch_carries_the_transcript_with_its_notic
         turn_id = send(alice, conversation_id, text).json()["turn"]["id"]
         assert wait_turn(alice, conversation_id, turn_id)["state"] == "completed"
     old_session = alice.get(f"/api/conversations/{conversation_id}").json()["conversation"]["hermesSessionId"]
-    old_id = site.runner_id
-    site.stop_runner()
-    disabled = site.root.delete(f"/api/admin/runners/{old_id}")
-    assert disabled.status_code == 200, disabled.text
-    body = {"name": "node-2", "allowedProfiles": list(NODE_PROFILES), "hermesURL": site.hermes.url,
-            "serverURL": site.url}  # fmt: skip
-    registered = site.root.post("/api/admin/runners", json=body)
-    assert registered.status_code == 201, registered.text
-    new_id = registered.json()["runner"]["id"]
-    (site.tmp / "node-2").mkdir()
-    config = with_token_file(site.tmp / "node-2" / "runner.json", site.hermes, registered.json()["config"])
-    site.start_runner(config)
-    wait_until(lambda: site.online(new_id), timeout=30, what="the new runner's state")
+    new_id = site.switch_node()
     turn_id = send(alice, conversation_id, "the third question").json()["turn"]["id"]
     done = wait_turn(alice, conversation_id, turn_id)
     assert done["state"] == "completed" and done["carry"] == "node-changed", done

@@ -49,10 +49,6 @@ class KeptChannels:
         self._settling: dict[str, asyncio.Event] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    @property
-    def enabled(self) -> bool:
-        return self.idle_s > 0
-
     def settling(self, conversation_id: str) -> asyncio.Event:
         """A turn of ``conversation_id`` holds a channel until ``release``. On the loop."""
         event = asyncio.Event()

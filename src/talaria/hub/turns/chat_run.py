@@ -128,7 +128,7 @@ class RunEntries(RecoveryEntries):
 
         def keep(result: TurnResult) -> bool:  # chat.md 5.3 step 4: a completed turn's channel waits for the next
             completed = stream.ended_state == "completed"
-            if not (self.kept.enabled and completed and not self.stopping) or result.gateway is None:
+            if not completed or self.stopping or result.gateway is None:
                 return False
             live = Kept(conversation["id"], conversation["bot_id"], account, result.gateway, result.runtime_id,
                         stream.stored_id or result.stored_id)  # fmt: skip

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,19 @@ class HubProcess:
     def stderr(self) -> str:
         self._stderr.flush()
         return self.stderr_path.read_text()
+
+    def stacks(self, timeout: float = 10) -> str:
+        """Ask the hub for every thread's stack (SIGUSR1) and return what it wrote to stderr for it ("" if it
+        wrote nothing within ``timeout``): what a test prints before failing on a hub that stopped answering."""
+        before = len(self.stderr())
+        if self.proc.poll() is not None:
+            return ""
+        self.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and "Current thread" not in self.stderr()[before:]:
+            time.sleep(0.05)
+        time.sleep(0.1)  # the signal handler writes the whole dump at once; this only lets the file catch up
+        return self.stderr()[before:]
 
     def ready(self, timeout: float = 30) -> tuple[str, str]:
         """Wait for the ready line; returns (line, url)."""

@@ -83,6 +83,20 @@ def test_hub_prints_one_ready_line_serves_and_stops_cleanly(
     assert_not_listening(port)
 
 
+def test_hub_writes_every_threads_stack_on_sigusr1_and_goes_on_serving(
+    tmp_path: Path, start_hub: Callable[..., HubProcess]
+) -> None:
+    hub = start_hub("--data-dir", str(tmp_path / "D"), "--port", "0")
+    _, url = hub.ready()
+    stacks = hub.stacks()
+    assert "Current thread" in stacks and "run_hub" in stacks, stacks
+    assert "hub/reaper.py" in stacks, stacks  # every thread: the reaper's too
+    with httpx.Client(base_url=url, timeout=10) as client:
+        assert client.get("/healthz").status_code == 200
+    code, _ = hub.stop(signal.SIGTERM)
+    assert code == 0, hub.stderr()
+
+
 def test_hub_settings_precedence_flags_env_file(tmp_path: Path, start_hub: Callable[..., HubProcess]) -> None:
     """The file says a wildcard host and port 1; the environment overrides the host, the flag the port."""
     config = tmp_path / "hub.toml"

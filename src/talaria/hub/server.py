@@ -1,9 +1,11 @@
-"""Serve the hub with uvicorn: bind first, print the ready line once serving, stop cleanly on signals."""
+"""Serve the hub with uvicorn: bind first, print the ready line once serving, stop cleanly on signals; SIGUSR1
+writes every thread's stack to stderr (a hub that stops answering can be asked where it waits)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import faulthandler
 import signal
 import socket
 import sys
@@ -96,9 +98,11 @@ def run_hub(settings: Settings, *, clock: Clock | None = None, out: TextIO = sys
     # uvicorn re-raises the signal it caught once it has stopped; a no-op handler makes that a clean exit.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: None)
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     try:
         started = asyncio.run(_serve(server, sock, out, url))
     finally:
+        faulthandler.unregister(signal.SIGUSR1)
         sock.close()
     return 0 if started else 1
 

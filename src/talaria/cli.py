@@ -231,6 +231,8 @@ def cmd_install_plugin(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from talaria.store.migrations import SETS  # the sets a downgrade may name
+
     parser = argparse.ArgumentParser(prog="talaria", description="Run Hermes agents from one control plane.")
     parser.add_argument("--version", action="version", version=f"talaria {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -288,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     db = sub.add_parser("db", help="database migrations")
     db.add_argument("action", choices=["status", "upgrade", "downgrade"])
     db.add_argument("--data-dir", default=None)
-    db.add_argument("--set", choices=["core", "lifecycle"], help="migration set (downgrade)")
+    db.add_argument("--set", choices=list(SETS), help="migration set (downgrade)")
     db.add_argument("--to", type=int, help="target version (downgrade)")
     db.add_argument("--yes", action="store_true", help="confirm a destructive downgrade")
     db.set_defaults(func=cmd_db)

@@ -32,6 +32,10 @@ LIFECYCLE_TABLES = {
     "security_event",
 }
 CORE_TABLES = {"tenant", "account", "web_session", "task", "dispatch", "audit_event", "audit_head"}
+TEAM_TABLES = {
+    "bot_team", "team", "team_member", "goal", "assignment", "assignment_run", "member_session", "team_delivery",
+    "team_request", "team_evidence",
+}  # fmt: skip
 
 
 class Boom(Exception):
@@ -493,16 +497,20 @@ def test_one_dispatch_per_task(store: Any) -> None:
 
 CORE = len(migrations.available("sqlite", "core"))
 LIFECYCLE = len(migrations.available("sqlite", "lifecycle"))
+TEAM = len(migrations.available("sqlite", "team"))
+ALL = {"core": CORE, "lifecycle": LIFECYCLE, "team": TEAM}
 
 
 def test_current_and_latest_versions(make_store: Callable[..., Any]) -> None:
     fresh = make_store("fresh", migrate=False)
-    assert migrations.current(fresh) == {"core": 0, "lifecycle": 0}
-    assert migrations.pending(fresh) == {"core": CORE, "lifecycle": LIFECYCLE}
+    assert migrations.current(fresh) == {"core": 0, "lifecycle": 0, "team": 0}
+    assert migrations.pending(fresh) == ALL
     applied = migrations.upgrade(fresh)
-    assert len(applied) == CORE + LIFECYCLE
-    assert all(a.startswith("core ") for a in applied[:CORE]) and applied[-1].startswith("lifecycle ")
-    assert migrations.current(fresh) == migrations.latest(fresh) == {"core": CORE, "lifecycle": LIFECYCLE}
+    assert len(applied) == CORE + LIFECYCLE + TEAM
+    assert all(a.startswith("core ") for a in applied[:CORE])
+    assert all(a.startswith("lifecycle ") for a in applied[CORE : CORE + LIFECYCLE])
+    assert all(a.startswith("team ") for a in applied[CORE + LIFECYCLE :])
+    assert migrations.current(fresh) == migrations.latest(fresh) == ALL
     assert migrations.pending(fresh) == {}
     assert migrations.upgrade(fresh) == []
 
@@ -513,22 +521,41 @@ def test_migrated_schema_is_the_same_after_a_lifecycle_round_trip(store: Any, ma
 
     undone = migrations.downgrade(store, "lifecycle", 0)
     assert len(undone) == 1
-    assert migrations.current(store) == {"core": CORE, "lifecycle": 0}
+    assert migrations.current(store) == {"core": CORE, "lifecycle": 0, "team": TEAM}
     assert not table_names(store) & LIFECYCLE_TABLES
-    core_only = make_store("core-only", migrate=False)
-    migrations.upgrade(core_only, "core")
-    assert schema(store) == schema(core_only)
+    core_and_team = make_store("core-and-team", migrate=False)
+    migrations.upgrade(core_and_team, "core")
+    migrations.upgrade(core_and_team, "team")
+    assert schema(store) == schema(core_and_team)
 
     migrations.upgrade(store)
     assert schema(store) == migrated
     assert schema(make_store("other")) == migrated
 
 
+def test_migrated_schema_is_the_same_after_a_team_round_trip(store: Any, make_store: Callable[..., Any]) -> None:
+    """team-tools.md 3.6: the team set goes alone, and the schema is then exactly core + lifecycle's."""
+    migrated = schema(store)
+    assert table_names(store) >= TEAM_TABLES
+    undone = migrations.downgrade(store, "team", 0)
+    assert undone == [f"team {v:04d}_{m.name}" for v, m in reversed(list(enumerate(
+        migrations.available("sqlite", "team"), start=1)))]  # fmt: skip
+    assert migrations.current(store) == {"core": CORE, "lifecycle": LIFECYCLE, "team": 0}
+    assert not table_names(store) & TEAM_TABLES
+    without_team = make_store("without-team", migrate=False)
+    migrations.upgrade(without_team, "core")
+    migrations.upgrade(without_team, "lifecycle")
+    assert schema(store) == schema(without_team)
+    migrations.upgrade(store)
+    assert schema(store) == migrated
+
+
 def test_full_round_trip_to_zero(store: Any) -> None:
     migrated = schema(store)
+    migrations.downgrade(store, "team", 0)
     migrations.downgrade(store, "lifecycle", 0)
     migrations.downgrade(store, "core", 0)
-    assert migrations.current(store) == {"core": 0, "lifecycle": 0}
+    assert migrations.current(store) == {"core": 0, "lifecycle": 0, "team": 0}
     assert table_names(store) <= {"schema_version"}
     migrations.upgrade(store)
     assert schema(store) == migrated
@@ -553,10 +580,13 @@ def test_downgrading_lifecycle_keeps_core_data(store: Any) -> None:
         assert tx.one("task_get", tenant=TENANT, id=ids["task"]) is not None
 
 
-def test_core_cannot_go_before_lifecycle(store: Any) -> None:
+def test_core_cannot_go_before_lifecycle_or_team(store: Any) -> None:
+    with pytest.raises(ValueError, match="team"):
+        migrations.downgrade(store, "core", 0)
+    migrations.downgrade(store, "team", 0)
     with pytest.raises(ValueError, match="lifecycle"):
         migrations.downgrade(store, "core", 0)
-    assert migrations.current(store) == {"core": CORE, "lifecycle": LIFECYCLE}
+    assert migrations.current(store) == {"core": CORE, "lifecycle": LIFECYCLE, "team": 0}
 
 
 @pytest.mark.parametrize(("set_name", "version"), [("lifecycle", -1), ("lifecycle", 2), ("nonsense", 0)])
@@ -579,10 +609,10 @@ def test_a_migration_step_is_one_transaction(make_store: Callable[..., Any], bac
     with pytest.raises(StoreUnavailable):
         migrations.upgrade(fresh, "lifecycle")
     fresh.fault_hook = None
-    assert migrations.current(fresh) == {"core": CORE, "lifecycle": 0}
+    assert migrations.current(fresh) == {"core": CORE, "lifecycle": 0, "team": 0}
     assert not table_names(fresh) & LIFECYCLE_TABLES
     migrations.upgrade(fresh)
-    assert table_names(fresh) >= LIFECYCLE_TABLES
+    assert table_names(fresh) >= LIFECYCLE_TABLES | TEAM_TABLES
 
 
 # ---------------------------------------------------------------- SQLite-specific (backend internals)

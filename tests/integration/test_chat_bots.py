@@ -20,7 +20,8 @@ from tests.integration.web_support import Web, assert_error
 pytestmark = pytest.mark.usefixtures("fast_argon2")
 
 BOT_KEYS = {"id", "name", "source", "profile", "instructions", "archived", "online", "runner", "teamPermission",
-            "createdAt", "updatedAt", "revision"}  # fmt: skip
+            "teamPermissionEffective", "teamRevision", "teamGrantedBy", "teamGrantedAt", "createdByBotId",
+            "createdInTurnId", "createdAt", "updatedAt", "revision"}  # fmt: skip
 SECRET_NAME = "Helper-7f3a"
 SECRET_INSTRUCTIONS = "Answer briefly. The launch code is 9121."
 

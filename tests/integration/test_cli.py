@@ -528,7 +528,7 @@ def tables(data_dir: Path) -> set[str]:
 def set_lines(output: str) -> dict[str, str]:
     found = {}
     for line in output.splitlines():
-        for name in ("core", "lifecycle"):
+        for name in ("core", "lifecycle", "team"):
             if line.startswith(name):
                 found[name] = line
     return found
@@ -539,12 +539,12 @@ def test_db_upgrade_status_downgrade(tmp_path: Path) -> None:
 
     status = talaria("db", "status", "--data-dir", str(data), cwd=tmp_path)
     assert status.returncode == 0, status.stderr
-    assert set(set_lines(status.stdout)) == {"core", "lifecycle"}
+    assert set(set_lines(status.stdout)) == {"core", "lifecycle", "team"}
 
     upgrade = talaria("db", "upgrade", "--data-dir", str(data), cwd=tmp_path)
     assert upgrade.returncode == 0, upgrade.stderr
-    assert "core" in upgrade.stdout and "lifecycle" in upgrade.stdout
-    assert {"task", "dispatch", "audit_event", "hermes_job", "idempotency_key"} <= tables(data)
+    assert "core" in upgrade.stdout and "lifecycle" in upgrade.stdout and "team" in upgrade.stdout
+    assert {"task", "dispatch", "audit_event", "hermes_job", "idempotency_key", "goal"} <= tables(data)
 
     again = talaria("db", "upgrade", "--data-dir", str(data), cwd=tmp_path)
     assert again.returncode == 0
@@ -553,7 +553,7 @@ def test_db_upgrade_status_downgrade(tmp_path: Path) -> None:
     up_to_date = talaria("db", "status", "--data-dir", str(data), cwd=tmp_path)
     assert up_to_date.returncode == 0
     lines = set_lines(up_to_date.stdout)
-    assert set(lines) == {"core", "lifecycle"}
+    assert set(lines) == {"core", "lifecycle", "team"}
     assert lines != set_lines(status.stdout), "status reflects the applied migrations"
 
     conn = sqlite3.connect(data / "talaria.sqlite3")
@@ -566,6 +566,11 @@ def test_db_upgrade_status_downgrade(tmp_path: Path) -> None:
         conn.commit()
     finally:
         conn.close()
+
+    team_down = talaria("db", "downgrade", "--set", "team", "--to", "0", "--yes", "--data-dir", str(data), cwd=tmp_path)
+    assert team_down.returncode == 0, team_down.stderr
+    assert not {"goal", "bot_team", "assignment"} & tables(data)
+    assert {"bot", "chat_turn", "hermes_job", "task"} <= tables(data)
 
     refused = talaria("db", "downgrade", "--set", "lifecycle", "--to", "0", "--data-dir", str(data), cwd=tmp_path)
     assert refused.returncode == 1
@@ -585,11 +590,12 @@ def test_db_upgrade_status_downgrade(tmp_path: Path) -> None:
     after_down = set_lines(talaria("db", "status", "--data-dir", str(data), cwd=tmp_path).stdout)
     assert after_down["core"] == lines["core"]
     assert after_down["lifecycle"] != lines["lifecycle"]
+    assert after_down["team"] != lines["team"]
 
     back = talaria("db", "upgrade", "--data-dir", str(data), cwd=tmp_path)
     assert back.returncode == 0, back.stderr
-    assert "lifecycle" in back.stdout
-    assert "hermes_job" in tables(data)
+    assert "lifecycle" in back.stdout and "team" in back.stdout
+    assert {"hermes_job", "goal"} <= tables(data)
     assert set_lines(talaria("db", "status", "--data-dir", str(data), cwd=tmp_path).stdout) == lines
 
 

@@ -42,6 +42,7 @@ AUDIT_KEYS = {
     "prevHash",
     "hash",
     "evidence",
+    "team",  # team-tools.md 11: a team event's ids, null on other events
 }
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 

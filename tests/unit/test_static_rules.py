@@ -123,6 +123,44 @@ def test_only_the_orchestrator_finishes_dispatches_and_records_reconciliations()
     assert users["reconciliation_insert"] == {"talaria/lifecycle/orchestrator.py"}
 
 
+# The tables of the team migration set (team-tools.md 3.6) that only talaria.teams writes (3: "a static test").
+TEAMS = PACKAGE / "teams"
+TEAM_TABLES = ("bot_team", "team", "team_member", "goal", "assignment", "assignment_run", "member_session",
+               "team_delivery", "team_request", "team_evidence")  # fmt: skip
+TEAM_WRITE_SQL = re.compile(WRITE_SQL.pattern.replace(_TABLES, "|".join(TEAM_TABLES)), re.IGNORECASE)
+
+
+def team_writing_queries() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for path in sorted((STORE / "sql").rglob("*.sql")):
+        for query in parse(path.stem, path.read_text(encoding="utf-8")):
+            match = TEAM_WRITE_SQL.search(query.sql)
+            if match:
+                found[query.name] = match.group(1).lower()
+    return found
+
+
+def test_the_team_write_scan_finds_the_known_writers() -> None:
+    found = team_writing_queries()
+    assert found.get("bot_team_set_permission") == "bot_team"
+    assert "bot_team_get" not in found
+    assert TEAM_WRITE_SQL.search("UPDATE goal SET status = 'running'")
+    assert not TEAM_WRITE_SQL.search("UPDATE goal_x SET a = 1")
+    assert not TEAM_WRITE_SQL.search("INSERT INTO bot (id) VALUES (1)")
+
+
+def test_only_the_teams_package_uses_the_writers_of_team_tables() -> None:
+    writers = set(team_writing_queries())
+    offenders = []
+    for path in python_files():
+        if path.is_relative_to(TEAMS):
+            continue
+        used = writers.intersection(string_constants(path))
+        if used:
+            offenders.append(f"{rel(path)}: {sorted(used)}")
+    assert offenders == []
+
+
 def test_no_raw_sql_writes_lifecycle_tables_outside_the_store() -> None:
     offenders = []
     for path in python_files():
@@ -146,13 +184,11 @@ def _state_definitions(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef):
+        if isinstance(node, ast.ClassDef):  # by value: a goal's RUNNING = "running" is not a job state
             members = {
-                target.id
+                item.value.value
                 for item in node.body
-                if isinstance(item, ast.Assign)
-                for target in item.targets
-                if isinstance(target, ast.Name)
+                if isinstance(item, ast.Assign) and isinstance(item.value, ast.Constant)
             }
             if members & STATE_NAMES:
                 found.append(f"class {node.name} at line {node.lineno}")
@@ -314,7 +350,20 @@ SPEC_STATUS = {
     "weak_password": 400,
     # chat.md 3.6
     "chat_stream_limit": 429,
-}
+    # team-tools.md 9
+    **{code: 400 for code in ("invalid_members", "invalid_assignment_bot", "invalid_assignment_dependency",
+                              "bot_name_mismatch")},
+    **{code: 403 for code in ("team_tools_forbidden", "team_forbidden", "goal_forbidden", "bot_creator_required",
+                              "user_instruction_required", "team_permission_forbidden")},
+    **{code: 409 for code in (
+        "duplicate_team_name", "bot_unavailable", "bot_in_use", "team_busy", "goal_exists", "goal_not_active",
+        "goal_criteria_changed", "goal_incomplete", "goal_checks_missing", "goal_not_resumable", "goal_still_running",
+        "assignment_not_reviewable", "assignment_not_cancellable", "assignment_retry_limit", "assignment_limit",
+        "team_limit", "goal_limit", "idempotency_conflict", "team_tools_unavailable")},
+    "runner_grant_expired": 410,
+    "runner_payload_limit": 413,
+    "runner_call_limit": 429,
+}  # fmt: skip
 
 
 @pytest.mark.parametrize(("code", "status"), sorted(SPEC_STATUS.items()))
@@ -411,7 +460,8 @@ IMPORT_RULES: dict[str, tuple[str, ...]] = {
     "talaria.lifecycle": ("talaria.hub", "talaria.runner"),
     "talaria.store": ("talaria.hub", "talaria.lifecycle", "talaria.runner", "talaria.accounts"),
     "talaria.accounts": ("talaria.hub", "talaria.lifecycle", "talaria.runner"),
-    "talaria.chat": ("talaria.hub", "talaria.runner"),
+    "talaria.chat": ("talaria.hub", "talaria.runner", "talaria.teams"),
+    "talaria.teams": ("talaria.hub", "talaria.runner"),
 }
 
 

@@ -34,6 +34,9 @@ ARCHIVED: Final = "archived"
 
 # Whether ``account`` may use ``profile`` on ``source`` now (runner-protocol.md 8: the hub-side intersection).
 Allowed = Callable[[Account, str, str], bool]
+# More of a bot's change, in its write transaction (team tools' permission beside the bot, team-tools.md 3.1):
+# called with the transaction, the bot as written and the time; answers the bot as it is after.
+Also = Callable[[Tx, "Bot", int], "Bot"]
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,16 @@ class Bots:
 
     # --- writes --------------------------------------------------------------------------------------------------
 
-    def create(self, account: Account, *, name: str, source: str, profile: str, instructions: str = "") -> Bot:
+    def create(
+        self,
+        account: Account,
+        *,
+        name: str,
+        source: str,
+        profile: str,
+        instructions: str = "",
+        also: Also | None = None,
+    ) -> Bot:
         name, instructions = check_name(name), check_instructions(instructions)
         require_allowed(self.allowed, account, source, profile)
         now = self.clock.now_ms()
@@ -150,6 +162,8 @@ class Bots:
             )  # fmt: skip
             bot = self._get(tx, account, bot_id)
             self._audit(tx, account, bot, "chat.bot.created", None, OPEN, evidence=True)
+            if also is not None:
+                bot = also(tx, bot, now)
         return bot
 
     def update(
@@ -160,8 +174,10 @@ class Bots:
         name: str | None = None,
         instructions: str | None = None,
         archived: bool | None = None,
+        also: Also | None = None,
     ) -> Bot:
-        """Rename, re-instruct, archive or unarchive; a change to nothing changes nothing (no revision, no event)."""
+        """Rename, re-instruct, archive or unarchive, then ``also`` in the same transaction; a change to nothing
+        changes nothing (no revision, no event)."""
         name = check_name(name) if name is not None else None
         instructions = check_instructions(instructions) if instructions is not None else None
         with self.store.read() as tx:
@@ -176,7 +192,7 @@ class Bots:
             new_archived = bot.archived if archived is None else archived
             texts_changed = (new_name, new_instructions) != (bot.name, bot.instructions)
             if not texts_changed and new_archived == bot.archived:
-                return bot
+                return also(tx, bot, now) if also is not None else bot
             if not new_archived and (bot.archived or name_key(new_name) != name_key(bot.name)):
                 self._require_free(tx, account, new_name, bot.id, counted_live=not bot.archived)
             changed = tx.run(
@@ -193,6 +209,8 @@ class Bots:
                 kind = "chat.bot.archived" if new_archived else "chat.bot.unarchived"
                 moved = (OPEN, ARCHIVED) if new_archived else (ARCHIVED, OPEN)
                 self._audit(tx, account, after, kind, *moved, evidence=False)
+            if also is not None:
+                after = also(tx, after, now)
         return after
 
     # --- rules ---------------------------------------------------------------------------------------------------

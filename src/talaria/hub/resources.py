@@ -36,6 +36,7 @@ from talaria.settings import Settings
 from talaria.store import migrations
 from talaria.store.interface import Store
 from talaria.store.open import open_store
+from talaria.teams.permission import TeamBots
 
 log = structlog.get_logger("talaria.hub")
 
@@ -61,6 +62,7 @@ class Hub:
     clients: ClientAddresses
     bot_access: BotAccess
     bots: Bots
+    team_bots: TeamBots
     conversations: Conversations
     chat_events: ChatEvents
     chat_turns: ChatTurns
@@ -132,6 +134,7 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
         clients=ClientAddresses(settings.hub_trusted_proxies),
         bot_access=bot_access,
         bots=Bots(store, clock, audit_key, bot_access.allowed),
+        team_bots=TeamBots(store),
         conversations=conversations,
         chat_events=chat_events,
         chat_turns=ChatTurns(store, clock, audit_key, bot_access.allowed, conversations, settings),

@@ -78,9 +78,11 @@ def append(
     request_digest: str | None = None,
     reason_code: str | None = None,
     evidence: Evidence | None = None,
+    team: Mapping[str, str | None] | None = None,
 ) -> str:
     """Append one event after the chain head; returns its ``event_id``. Raises on any failure. A chat event
-    (``subject.is_chat``) also carries ``evidence`` (or null) in its body."""
+    (``subject.is_chat``) also carries ``evidence`` (or null) in its body; a team event (team-tools.md 10) its
+    ``team`` ids."""
     head = _heads.get(tx)  # a second event of the same transaction follows the first one's head
     if head is None:
         row = tx.one("audit_head_get")
@@ -110,7 +112,9 @@ def append(
         "outcome": "applied",
         "reason_code": reason_code,
     }
-    if subject.is_chat:
+    if team is not None:
+        event["team"] = dict(team)
+    if subject.is_chat or team is not None:
         event["evidence"] = (
             {"kind": evidence.kind, "contentDigest": evidence.content_digest} if evidence is not None else None
         )

@@ -1,7 +1,9 @@
 """Numbered SQL migrations per dialect and set (lifecycle.md 9.3).
 
-Files: ``migrations/<dialect>/<set>/NNNN_<name>.up.sql`` and ``.down.sql``. Sets: ``core`` (tenants,
-accounts, sessions, tasks, dispatches, audit) and ``lifecycle`` (jobs and their records). Versions are
+Files: ``migrations/<dialect>/<set>/NNNN_<name>.up.sql`` and ``.down.sql``. Sets, in the order they apply: ``core``
+(tenants, accounts, sessions, tasks, dispatches, audit, chat), ``lifecycle`` (jobs and their records) and ``team``
+(team tools' domain, team-tools.md 3.6: it references core only and nothing references it, so it can be removed
+alone). Versions are
 tracked in ``schema_version(migration_set, version)``. Each step runs in one write transaction.
 """
 
@@ -13,7 +15,7 @@ from importlib import resources
 
 from talaria.store.interface import Store
 
-SETS = ("core", "lifecycle")
+SETS = ("core", "lifecycle", "team")
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.(up|down)\.sql$")
 
 
@@ -77,8 +79,10 @@ def downgrade(store: Store, set_name: str, to_version: int) -> list[str]:
     """Undo migrations of one set down to ``to_version`` (destructive)."""
     if set_name not in SETS:
         raise ValueError(f"unknown migration set {set_name!r} (sets: {', '.join(SETS)})")
-    if set_name == "core" and current(store)["lifecycle"] > 0 and to_version == 0:
-        raise ValueError("downgrade the lifecycle set to 0 before removing the core set")
+    if set_name == "core" and to_version == 0:
+        for later in ("team", "lifecycle"):
+            if current(store)[later] > 0:
+                raise ValueError(f"downgrade the {later} set to 0 before removing the core set")
     have = current(store)[set_name]
     if to_version < 0 or to_version > have:
         raise ValueError(f"{set_name} is at version {have}; cannot downgrade to {to_version}")

@@ -122,6 +122,7 @@ def audit_json(entry: AuditEntry) -> dict[str, Any]:
         "prevHash": entry.prev_hash,
         "hash": entry.hash,
         "evidence": evidence,
+        "team": entry.body.get("team"),  # team-tools.md 10-11: the ids of a team event, else null
     }
 
 

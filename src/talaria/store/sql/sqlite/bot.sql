@@ -34,3 +34,7 @@ WHERE id = :id AND revision = :expected_revision
 -- name: bot_owner
 -- Who owns a bot of the tenant (for the audit log's visibility), if it exists.
 SELECT owner FROM bot WHERE tenant = :tenant AND id = :id
+
+-- name: bot_bump_revision
+-- A change kept beside the bot (its team permission, team-tools.md 3.1) is a change of the bot: revision +1.
+UPDATE bot SET revision = revision + 1, updated_at = :now WHERE id = :id AND revision = :expected_revision

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-VIAS = frozenset({"trusted_proxy", "in_process", "web", "cli", "reaper", "recovery"})
+# team and team_tool: team tools' reconciler and tool calls (team-tools.md 4.2, 10)
+VIAS = frozenset({"trusted_proxy", "in_process", "web", "cli", "reaper", "recovery", "team", "team_tool"})
 RUNTIME = "runtime"
 PLATFORM_ADMIN = "platform_admin"
 

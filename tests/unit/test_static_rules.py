@@ -50,17 +50,30 @@ def string_constants(path: Path) -> list[str]:
     return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
 
 
-def writing_queries() -> dict[str, str]:
-    """Named queries (of every dialect) that INSERT, UPDATE or DELETE a lifecycle table -> the table."""
+def writing_queries(pattern: re.Pattern[str] = WRITE_SQL) -> dict[str, str]:
+    """Named queries (of every dialect) that INSERT, UPDATE or DELETE a table ``pattern`` names (by default the
+    lifecycle tables) -> the table."""
     found: dict[str, str] = {}
     files = sorted((STORE / "sql").rglob("*.sql"))
     assert files
     for path in files:
         for query in parse(path.stem, path.read_text(encoding="utf-8")):
-            match = WRITE_SQL.search(query.sql)
+            match = pattern.search(query.sql)
             if match:
                 found[query.name] = match.group(1).lower()
     return found
+
+
+def users_outside(writers: set[str], package: Path) -> list[str]:
+    """Modules outside ``package`` naming one of ``writers``, with the names they use."""
+    offenders = []
+    for path in python_files():
+        if path.is_relative_to(package):
+            continue
+        used = writers.intersection(string_constants(path))
+        if used:
+            offenders.append(f"{rel(path)}: {sorted(used)}")
+    return offenders
 
 
 # ---------------------------------------------------------------- (a) one state machine
@@ -100,15 +113,7 @@ def test_the_write_pattern() -> None:
 
 
 def test_only_the_lifecycle_package_uses_the_writers_of_lifecycle_tables() -> None:
-    writers = set(writing_queries())
-    offenders = []
-    for path in python_files():
-        if path.is_relative_to(LIFECYCLE):
-            continue
-        used = writers.intersection(string_constants(path))
-        if used:
-            offenders.append(f"{rel(path)}: {sorted(used)}")
-    assert offenders == []
+    assert users_outside(set(writing_queries()), LIFECYCLE) == []
 
 
 def test_only_the_orchestrator_finishes_dispatches_and_records_reconciliations() -> None:
@@ -130,18 +135,8 @@ TEAM_TABLES = ("bot_team", "team", "team_member", "goal", "assignment", "assignm
 TEAM_WRITE_SQL = re.compile(WRITE_SQL.pattern.replace(_TABLES, "|".join(TEAM_TABLES)), re.IGNORECASE)
 
 
-def team_writing_queries() -> dict[str, str]:
-    found: dict[str, str] = {}
-    for path in sorted((STORE / "sql").rglob("*.sql")):
-        for query in parse(path.stem, path.read_text(encoding="utf-8")):
-            match = TEAM_WRITE_SQL.search(query.sql)
-            if match:
-                found[query.name] = match.group(1).lower()
-    return found
-
-
 def test_the_team_write_scan_finds_the_known_writers() -> None:
-    found = team_writing_queries()
+    found = writing_queries(TEAM_WRITE_SQL)
     assert found.get("bot_team_set_permission") == "bot_team"
     assert "bot_team_get" not in found
     assert TEAM_WRITE_SQL.search("UPDATE goal SET status = 'running'")
@@ -150,15 +145,7 @@ def test_the_team_write_scan_finds_the_known_writers() -> None:
 
 
 def test_only_the_teams_package_uses_the_writers_of_team_tables() -> None:
-    writers = set(team_writing_queries())
-    offenders = []
-    for path in python_files():
-        if path.is_relative_to(TEAMS):
-            continue
-        used = writers.intersection(string_constants(path))
-        if used:
-            offenders.append(f"{rel(path)}: {sorted(used)}")
-    assert offenders == []
+    assert users_outside(set(writing_queries(TEAM_WRITE_SQL)), TEAMS) == []
 
 
 def test_no_raw_sql_writes_lifecycle_tables_outside_the_store() -> None:

@@ -11,6 +11,15 @@ from typing import Any
 _ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
+def compact_json(value: Any) -> str:
+    """Compact JSON text with the keys in their order (team tools' results, team-tools.md 6.1: ids and states
+    first), non-ASCII kept."""
+    return _COMPACT(value)
+
+
 def canonical_json(value: Any) -> bytes:
     """UTF-8 bytes of the canonical JSON form: sorted keys, no spaces, no NaN, non-ASCII kept."""
     return _ENCODE(value).encode("utf-8")

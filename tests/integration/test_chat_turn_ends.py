@@ -175,6 +175,8 @@ def test_a_turn_entitled_to_team_tools_on_a_node_not_ready_runs_without_them_and
     chat.server.hub.accounts.update("alice", "default", {"canManageTeam": True})
     chat.alice.close()
     chat.alice = login(chat.server, "alice")  # the change ended her sessions
+    bot_id = chat.alice.get(f"/api/conversations/{chat.conversation_id}").json()["conversation"]["bot"]["id"]
+    assert chat.alice.patch(f"/api/bots/{bot_id}", json={"teamPermission": True}).status_code == 200
     chat.hermes.knobs.capabilities = {**chat.hermes.knobs.capabilities, "ready": False}
     turn = _turn(chat, "no tools here")
     assert (turn["state"], turn["teamTools"]) == ("completed", False)

@@ -15,7 +15,7 @@ import pytest
 
 from talaria.clock import ManualClock, SystemClock
 from talaria.errors import TalariaError
-from talaria.hub.runners.connection_state import AccountRef
+from talaria.hub.runners.connection_state import AccountRef, EncodedResult
 from talaria.hub.turns.driver import TurnDriver, TurnResult
 from talaria.testing.hermes_fixture import HermesFixture
 from talaria.testing.hub_server import HubServer
@@ -126,6 +126,77 @@ def test_revoking_the_account_mid_turn_fails_the_next_tool_call_and_interrupts_t
     assert isinstance(result, TalariaError) and result.code == "access_revoked", result
     env.hermes.wait_for(lambda: next(t for t in env.hermes.turns() if "tooled" in t.text).status == "interrupted")
     wait_until(lambda: env.hermes.unbinds() != [], what="the grant to be closed")
+
+
+@dataclass
+class Refusing:
+    """A turn's own tool set (the driver's ``ToolSet``): answers pre-encoded text until ``refuse`` is set, then
+    ``team_tools_forbidden`` as a round whose permission went away does; ``valid`` as the round's renewal sees it."""
+
+    refuse: bool = False
+    grant_id: str = ""
+    calls: int = 0
+
+    @property
+    def catalog(self) -> list[dict[str, Any]]:
+        schema = {"type": "object", "properties": {}, "additionalProperties": False}
+        return [{"id": "talaria_probe", "name": "talaria_probe", "description": "a probe", "inputSchema": schema}]
+
+    async def opened(self, grant_id: str) -> None:
+        self.grant_id = grant_id
+
+    async def call(self, tool_id: str, arguments: dict[str, Any]) -> Any:
+        self.calls += 1
+        if self.refuse:
+            raise TalariaError("team_tools_forbidden", "team tools are no longer available to this turn")
+        return EncodedResult('{"zeta":"' + self.grant_id + '","alpha":"é"}')
+
+    async def valid(self) -> bool:
+        return not self.refuse
+
+
+def test_a_tool_set_s_text_reaches_the_caller_in_its_key_order(env: Env) -> None:
+    env.hermes.knobs.delta_delay = 0.3
+    tools = Refusing()
+    task = env.turn(toolset=tools)
+    wait_until(lambda: len(env.hermes.bindings()) == 1, what="the grant to be bound")
+    bind = next(iter(env.hermes.bindings().values()))
+    answer = _tool_call(bind, "c1")
+    assert answer["content"][0]["text"] == '{"zeta":"' + tools.grant_id + '","alpha":"é"}'
+    assert answer["structuredContent"] == {"zeta": tools.grant_id, "alpha": "é"}
+    assert isinstance(outcome(env.server, task, timeout=30), TurnResult)
+
+
+def test_a_tool_that_refuses_the_round_closes_the_grant_and_the_turn_goes_on(env: Env) -> None:
+    env.hermes.knobs.delta_count = 3
+    env.hermes.knobs.delta_delay = 1
+    tools = Refusing()
+    task = env.turn(toolset=tools, prompt="tools then none")
+    wait_until(lambda: len(env.hermes.bindings()) == 1, what="the grant to be bound")
+    bind = next(iter(env.hermes.bindings().values()))
+    assert "isError" not in _tool_call(bind, "c1")
+    tools.refuse = True
+    refused = _tool_call(bind, "c2")
+    assert refused["isError"] is True and json.loads(refused["content"][0]["text"])["code"] == "team_tools_forbidden"
+    wait_until(lambda: env.hermes.unbinds() != [], what="the grant to be closed")
+    assert env.server.hub.runners.state_of(env.runner_id).grants == {}
+    with pytest.raises(httpx.TransportError):  # the listener went with the grant: no later call reaches a tool
+        httpx.post(f"{bind['bridge_url']}/tools/list", json={}, timeout=2)
+    result = outcome(env.server, task, timeout=30)
+    assert isinstance(result, TurnResult) and result.status == "complete", result  # not interrupted
+    assert tools.calls == 2
+
+
+def test_a_renewal_that_finds_the_round_gone_closes_the_grant_and_the_turn_goes_on(env: Env) -> None:
+    driver = TurnDriver(env.server.hub.channels, env.server.hub.registry, env.server.clock, grant_renew_s=0.2)
+    env.hermes.knobs.delta_count = 3
+    env.hermes.knobs.delta_delay = 1
+    tools = Refusing(refuse=True)
+    task = env.turn(driver, toolset=tools, prompt="renewal closes")
+    wait_until(lambda: env.hermes.unbinds() != [], what="the renewal to close the grant")
+    result = outcome(env.server, task, timeout=30)
+    assert isinstance(result, TurnResult) and result.status == "complete", result
+    assert tools.calls == 0
 
 
 def test_the_grant_is_renewed_while_the_account_holds_and_its_turn_stops_once_it_does_not(env: Env) -> None:

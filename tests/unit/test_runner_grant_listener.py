@@ -240,7 +240,8 @@ def test_a_call_is_forwarded_with_the_real_id_and_answered_mcp_style() -> None:
     tools = ToolCalls(BEARER, CATALOG, fake_forward(log))
     answer = asyncio.run(tools.call(body(FORM, {"b": 1, "a": "é"}, "call-1")))
     result = {"tool": "form_team", "args": {"b": 1, "a": "é"}}
-    assert answer == {"content": [{"type": "text", "text": '{"args":{"a":"é","b":1},"tool":"form_team"}'}],
+    # compact JSON in the hub's key order (team-tools.md 6.1: ids first; ADR 0038), non-ASCII kept
+    assert answer == {"content": [{"type": "text", "text": '{"tool":"form_team","args":{"b":1,"a":"é"}}'}],
                       "structuredContent": result}  # fmt: skip
     assert answer == success(result)
     assert log == [("form_team", "call-1", {"b": 1, "a": "é"})]

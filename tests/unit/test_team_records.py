@@ -19,7 +19,8 @@ def goal_row(**changes: Any) -> dict[str, Any]:
             "acceptance_revision": 1, "checks": "[]", "result": None, "activation": 1, "revision": 3,
             "automatic_wakes": 0, "origin_conversation_id": "cnv_1", "origin_turn_id": "trn_1", "team_revision": 1,
             "auth_version": 4, "last_turn_id": "trn_1", "finish_turn_id": None, "wake_turn_id": None,
-            "last_signature": None, "created_at": NOW, "updated_at": NOW, "finished_at": None} | changes  # fmt: skip
+            "last_signature": None, "stopped_by": None, "created_at": NOW, "updated_at": NOW,
+            "finished_at": None} | changes  # fmt: skip
 
 
 def assignment_row(**changes: Any) -> dict[str, Any]:

@@ -110,6 +110,55 @@ def check_instructions(value: str) -> str:
     return value
 
 
+# --- writes inside the caller's transaction (chat's routes here, team tools in talaria.teams) -------------------
+
+
+def get(tx: Tx, tenant: str, owner: str, bot_id: str) -> Bot | None:
+    row = tx.one("bot_get", tenant=tenant, owner=owner, id=bot_id)
+    return Bot.from_row(row) if row is not None else None
+
+
+def require_free(tx: Tx, tenant: str, owner: str, name: str, bot_id: str, *, counted_live: bool) -> None:
+    """The name free among the owner's live bots (409 ``duplicate_bot_name``), and room for one more (409
+    ``bot_limit``; ``counted_live``: the bot is already one of them, a rename)."""
+    taken = tx.one("bot_name_taken", tenant=tenant, owner=owner, name_key=name_key(name), id=bot_id)
+    if taken is not None:
+        raise TalariaError("duplicate_bot_name", "you already have a bot of this name")
+    live = tx.one("bot_live_count", tenant=tenant, owner=owner)
+    count = int(live["n"]) if live else 0
+    if count - int(counted_live) >= MAX_LIVE_BOTS:
+        raise TalariaError("bot_limit", f"you have {MAX_LIVE_BOTS} bots; archive one first")
+
+
+def insert(tx: Tx, *, tenant: str, owner: str, name: str, source: str, profile: str, instructions: str,
+           now_ms: int) -> Bot:  # fmt: skip
+    """A new bot of checked ``name`` and ``instructions`` (the caller checked its source and profile), after the
+    name and count rules; no audit event (the caller's)."""
+    bot_id = mint("bot", now_ms)
+    require_free(tx, tenant, owner, name, bot_id, counted_live=False)
+    tx.run("bot_insert", id=bot_id, tenant=tenant, owner=owner, name=name, name_key=name_key(name), source=source,
+           profile=profile, instructions=instructions, now=now_ms)  # fmt: skip
+    made = get(tx, tenant, owner, bot_id)
+    assert made is not None
+    return made
+
+
+def rewrite(tx: Tx, bot: Bot, *, name: str, instructions: str, archived: bool, now_ms: int) -> Bot:
+    """``bot`` (as read in this transaction) with checked ``name``, ``instructions`` and ``archived``, revision +1,
+    after the name and count rules when it stays or becomes live under a new name; no audit event."""
+    if not archived and (bot.archived or name_key(name) != name_key(bot.name)):
+        require_free(tx, bot.tenant, bot.owner, name, bot.id, counted_live=not bot.archived)
+    changed = tx.run(
+        "bot_update", id=bot.id, expected_revision=bot.revision, name=name, name_key=name_key(name),
+        instructions=instructions, archived=int(archived), now=now_ms,
+    )  # fmt: skip
+    if changed != 1:
+        raise TalariaError("store_unavailable", "the bot changed meanwhile; try again")
+    after = get(tx, bot.tenant, bot.owner, bot.id)
+    assert after is not None
+    return after
+
+
 class Bots:
     def __init__(self, store: Store, clock: Clock, key: AuditKey, allowed: Allowed) -> None:
         self.store = store
@@ -153,14 +202,9 @@ class Bots:
         name, instructions = check_name(name), check_instructions(instructions)
         require_allowed(self.allowed, account, source, profile)
         now = self.clock.now_ms()
-        bot_id = mint("bot", now)
         with self.store.write() as tx:
-            self._require_free(tx, account, name, bot_id, counted_live=False)
-            tx.run(
-                "bot_insert", id=bot_id, tenant=account.tenant, owner=account.username, name=name,
-                name_key=name_key(name), source=source, profile=profile, instructions=instructions, now=now,
-            )  # fmt: skip
-            bot = self._get(tx, account, bot_id)
+            bot = insert(tx, tenant=account.tenant, owner=account.username, name=name, source=source, profile=profile,
+                         instructions=instructions, now_ms=now)  # fmt: skip
             self._audit(tx, account, bot, "chat.bot.created", None, OPEN, evidence=True)
             if also is not None:
                 bot = also(tx, bot, now)
@@ -193,15 +237,7 @@ class Bots:
             texts_changed = (new_name, new_instructions) != (bot.name, bot.instructions)
             if not texts_changed and new_archived == bot.archived:
                 return also(tx, bot, now) if also is not None else bot
-            if not new_archived and (bot.archived or name_key(new_name) != name_key(bot.name)):
-                self._require_free(tx, account, new_name, bot.id, counted_live=not bot.archived)
-            changed = tx.run(
-                "bot_update", id=bot.id, expected_revision=bot.revision, name=new_name,
-                name_key=name_key(new_name), instructions=new_instructions, archived=int(new_archived), now=now,
-            )  # fmt: skip
-            if changed != 1:
-                raise TalariaError("store_unavailable", "the bot changed meanwhile; try again")
-            after = self._get(tx, account, bot.id)
+            after = rewrite(tx, bot, name=new_name, instructions=new_instructions, archived=new_archived, now_ms=now)
             if texts_changed:
                 state = ARCHIVED if bot.archived else OPEN
                 self._audit(tx, account, after, "chat.bot.updated", state, state, evidence=True)
@@ -216,23 +252,10 @@ class Bots:
     # --- rules ---------------------------------------------------------------------------------------------------
 
     def _get(self, tx: Tx, account: Account, bot_id: str) -> Bot:
-        row = tx.one("bot_get", tenant=account.tenant, owner=account.username, id=bot_id)
-        if row is None:
+        bot = get(tx, account.tenant, account.username, bot_id)
+        if bot is None:
             raise TalariaError("not_found", "no such bot")
-        return Bot.from_row(row)
-
-    def _require_free(self, tx: Tx, account: Account, name: str, bot_id: str, *, counted_live: bool) -> None:
-        """The name free among the owner's live bots, and room for one more (``counted_live``: the bot is already
-        one of them, a rename)."""
-        taken = tx.one(
-            "bot_name_taken", tenant=account.tenant, owner=account.username, name_key=name_key(name), id=bot_id
-        )
-        if taken is not None:
-            raise TalariaError("duplicate_bot_name", "you already have a bot of this name")
-        live = tx.one("bot_live_count", tenant=account.tenant, owner=account.username)
-        count = int(live["n"]) if live else 0
-        if count - int(counted_live) >= MAX_LIVE_BOTS:
-            raise TalariaError("bot_limit", f"you have {MAX_LIVE_BOTS} bots; archive one first")
+        return bot
 
     def _audit(
         self, tx: Tx, account: Account, bot: Bot, kind: str, from_state: str | None, to_state: str, *, evidence: bool

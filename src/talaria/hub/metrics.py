@@ -42,6 +42,10 @@ class HubMetrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=self.registry,
         )
+        self.team_tool_calls = Counter(
+            "talaria_team_tool_calls", "Team tool calls by tool and outcome (applied, replayed, refused)",
+            ["tool", "outcome"], registry=self.registry,
+        )  # fmt: skip
         self.runners_online = Gauge("talaria_runners_online", "Runners with a connection state", registry=self.registry)
         self.commands_pending = Gauge("talaria_runner_commands_pending", "Commands queued", registry=self.registry)
 
@@ -53,6 +57,9 @@ class HubMetrics:
         self.runner_commands.labels(outcome).inc()
         if seconds is not None:
             self.runner_roundtrip.observe(seconds)
+
+    def observe_team_call(self, tool: str, outcome: str) -> None:
+        self.team_tool_calls.labels(tool, outcome).inc()
 
     def on_signal(self, signal: str, job_id: str) -> None:
         self.job_signals.labels(signal).inc()

@@ -36,6 +36,8 @@ from talaria.settings import Settings
 from talaria.store import migrations
 from talaria.store.interface import Store
 from talaria.store.open import open_store
+from talaria.teams import catalog
+from talaria.teams.calls import TeamToolCalls
 from talaria.teams.permission import TeamBots
 
 log = structlog.get_logger("talaria.hub")
@@ -109,10 +111,14 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
     accounts = Accounts(store, clock)
     conversations = Conversations(store, clock, bot_access.allowed)
     chat_events = ChatEvents(store, clock)
+    team_calls = None
+    if migrations.current(store).get("team", 0) > 0:  # chat.md 5.9: without the set, talaria_whoami alone
+        team_calls = TeamToolCalls(store, clock, audit_key, bot_access, catalog.HANDLERS,
+                                   count=metrics.observe_team_call)  # fmt: skip
     chat_engine = ChatEngine(
         store=store, clock=clock, settings=settings, key=audit_key, accounts=accounts, allowed=bot_access.allowed,
         registry=registry, runners=runners, driver=TurnDriver(channels, registry, clock), events=chat_events,
-        timings=timings,
+        timings=timings, team_calls=team_calls,
     )  # fmt: skip
     hub = Hub(
         settings=settings,

@@ -51,7 +51,10 @@ def opaque_tool_id(bearer: str, real_id: str) -> str:
 
 
 def success(result: Any) -> dict[str, Any]:
-    return {"content": [{"type": "text", "text": canonical_json(result).decode("utf-8")}], "structuredContent": result}
+    """The text is compact JSON with the keys in the order the hub sent them (team tools put ids and states first,
+    team-tools.md 6.1; ADR 0038), so the model reads the hub's own bytes."""
+    text = json.dumps(result, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return {"content": [{"type": "text", "text": text}], "structuredContent": result}
 
 
 def failure(code: str, message: str) -> dict[str, Any]:

@@ -85,3 +85,37 @@ def record_call(
         turn_id=call.turn_id, payload=canonical_json(body).decode("utf-8"), content_digest=content, recorded_at=now_ms,
     )  # fmt: skip
     return event_id
+
+
+@dataclass(frozen=True)
+class Event:
+    """One audit event an applied call writes: its type, the main object's states and revision, and the call's
+    other ids by the ``team`` body's keys."""
+
+    type: str
+    from_state: str | None = None
+    to_state: str | None = None
+    revision_after: int | None = None
+    reason_code: str | None = None
+    team_id: str | None = None
+    goal_id: str | None = None
+    assignment_id: str | None = None
+    target_bot_id: str | None = None
+    subject: audit.Subject | None = None
+
+    def ids(self) -> dict[str, str | None]:
+        return {"teamId": self.team_id, "goalId": self.goal_id, "assignmentId": self.assignment_id,
+                "targetBotId": self.target_bot_id}  # fmt: skip
+
+
+def record_more(tx: Tx, call: Call, event: Event, now_ms: int) -> str:
+    """A further event of an applied call (a cancel cascade's ``team.assignment.cancelled``, 10): the caller's
+    actor and ``team`` ids, no evidence of its own (the call's main event has it)."""
+    return audit.append(
+        tx, now_ms=now_ms, type=event.type, tenant=call.tenant, actor=caller_actor(call.tenant, call.bot_id),
+        subject=event.subject or audit.Subject(), from_state=event.from_state, to_state=event.to_state,
+        revision_after=event.revision_after, reason_code=event.reason_code,
+        team=team_body(account=call.account, botId=call.bot_id, conversationId=call.conversation_id,
+                       turnId=call.turn_id, grantId=call.grant_id, runnerId=call.runner_id, tool=call.tool,
+                       **event.ids()),
+    )  # fmt: skip

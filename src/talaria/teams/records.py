@@ -116,6 +116,7 @@ class Goal:
     finish_turn_id: str | None
     wake_turn_id: str | None
     last_signature: str | None
+    stopped_by: str | None
     created_at: int
     updated_at: int
     finished_at: int | None
@@ -132,7 +133,7 @@ class Goal:
             origin_turn_id=row["origin_turn_id"], team_revision=int(row["team_revision"]),
             auth_version=int(row["auth_version"]), last_turn_id=row["last_turn_id"],
             finish_turn_id=row["finish_turn_id"], wake_turn_id=row["wake_turn_id"],
-            last_signature=row["last_signature"], created_at=int(row["created_at"]),
+            last_signature=row["last_signature"], stopped_by=row["stopped_by"], created_at=int(row["created_at"]),
             updated_at=int(row["updated_at"]), finished_at=_ms(row["finished_at"]),
         )  # fmt: skip
 

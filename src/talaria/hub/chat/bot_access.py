@@ -36,6 +36,10 @@ class BotAccess:
         record = self.runner_of(account.tenant, source)
         return record is not None and profile in record.allowed_profiles
 
+    def pairs(self, account: Account) -> list[tuple[str, str]]:
+        """Every (source, profile) the account may use now (team tools' intersection, team-tools.md 6.3)."""
+        return [(p.source, p.profile) for p in self.profiles(account)]
+
     def profiles(self, account: Account) -> list[BotProfile]:
         """Every pair the account may use now, by source, then profile."""
         out = []

@@ -7,6 +7,8 @@ import asyncio
 import uuid
 from typing import Any
 
+import structlog
+
 from talaria.canonical import canonical_json, sha256_hex
 from talaria.errors import TalariaError
 from talaria.hub.runners import limits
@@ -15,6 +17,7 @@ from talaria.hub.runners.connections import RunnerHub
 
 CREATES_SESSION = frozenset({"session.create", "session.resume"})
 CLEANUP_METHODS = frozenset({"session.resume", "session.interrupt", "session.close", "session.active_list"})
+log = structlog.get_logger("talaria.hub")
 
 
 def _closed(what: str = "the gateway connection is closed") -> TalariaError:
@@ -24,6 +27,7 @@ def _closed(what: str = "the gateway connection is closed") -> TalariaError:
 class Channels:
     def __init__(self, runners: RunnerHub) -> None:
         self.runners = runners
+        self._closing: set[asyncio.Task[None]] = set()  # grant closes after a refusal, kept until done
 
     def _state(self, runner_id: str) -> ConnState:
         state = self.runners.state_of(runner_id)
@@ -207,9 +211,11 @@ class Channels:
     async def tool(self, state: ConnState, body: dict[str, Any]) -> Any:
         """Run one tool call of a grant (runner-protocol.md 12.5). Every call re-checks the grant's account
         (enabled, ``auth_version`` unchanged, the profile still allowed): a failed check answers 403
-        ``team_tools_forbidden``, runs nothing and marks the grant revoked, which stops its turn."""
+        ``team_tools_forbidden``, runs nothing and marks the grant revoked, which stops its turn. A tool that
+        answers ``team_tools_forbidden`` itself (the round lost its team permission) closes the grant once the
+        answer is on its way; the turn goes on without tools (team-tools.md 5)."""
         grant = state.grants.get(body["grantId"])
-        if grant is None or not grant.open or not grant.turn_active():
+        if grant is None or not grant.open or grant.closing or not grant.turn_active():
             raise TalariaError("runner_grant_expired", "the grant is closed or its turn ended")
         if grant.revoked.is_set() or not self.runners.validity.check(grant.account, state.runner_id, grant.profile):
             grant.revoked.set()
@@ -228,11 +234,23 @@ class Channels:
             outcome.set_result(await grant.executor(body["toolId"], body["arguments"]))
         except TalariaError as exc:
             outcome.set_exception(exc)
+            if exc.code == "team_tools_forbidden" and not grant.closing:
+                grant.closing = True
+                loop = asyncio.get_running_loop()
+                loop.call_soon(lambda: self._closing.add(loop.create_task(self._close_refused(grant))))
         except Exception as exc:  # a tool bug must not leave duplicates waiting forever
             outcome.set_exception(TalariaError("internal_error", f"the tool failed: {type(exc).__name__}"))
         if not grant.open or not grant.turn_active():
             raise TalariaError("runner_grant_expired", "the turn ended during the call")
         return await outcome
+
+    async def _close_refused(self, grant: Grant) -> None:
+        try:
+            await self.close_grant(grant)
+        except TalariaError as exc:  # the runner went away: its grants died with its connection
+            log.info("grant_close_failed", grant=grant.id, code=exc.code)
+        finally:
+            self._closing = {task for task in self._closing if not task.done()}
 
 
 def _of_gateway(command: Command, gateway: Gateway) -> bool:

@@ -57,6 +57,14 @@ class Gateway:
 ToolExecutor = Callable[[str, dict[str, Any]], Awaitable[Any]]
 
 
+@dataclass(frozen=True)
+class EncodedResult:
+    """A tool's result already as its JSON text (team tools: compact, ids first, the ledger's exact bytes); the
+    ``tool`` op answers it as ``{"result": <text>}`` without re-encoding, so the key order reaches the model."""
+
+    text: str
+
+
 @dataclass
 class Grant:
     id: str
@@ -70,6 +78,9 @@ class Grant:
     calls: dict[str, tuple[str, asyncio.Future[Any]]] = field(default_factory=dict)
     # set when a check found the grant's account without access; the turn that owns the grant stops
     revoked: asyncio.Event = field(default_factory=asyncio.Event)
+    # set when a tool refused the round itself (team_tools_forbidden): later calls are 410, grant.close follows,
+    # the turn goes on without tools (team-tools.md 5 "Revocation")
+    closing: bool = False
 
 
 @dataclass

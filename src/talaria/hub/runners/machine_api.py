@@ -25,7 +25,7 @@ from talaria.hub.errors import error_response
 from talaria.hub.middleware import answer_and_close, declared_length, drain
 from talaria.hub.runners import limits
 from talaria.hub.runners.channels import Channels
-from talaria.hub.runners.connection_state import ConnState
+from talaria.hub.runners.connection_state import ConnState, EncodedResult
 from talaria.hub.runners.connections import RunnerHub
 from talaria.hub.runners.registry import RunnerRegistry
 
@@ -48,6 +48,13 @@ class Hub(Protocol):
     def metrics(self) -> RequestObserver: ...
     @property
     def clients(self) -> ClientAddresses: ...
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """An answer already encoded (the ``tool`` op's team results keep their key order)."""
+
+    body: bytes
 
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -133,7 +140,10 @@ async def _event(hub: Hub, state: ConnState, body: dict[str, Any]) -> Any:
 
 
 async def _tool(hub: Hub, state: ConnState, body: dict[str, Any]) -> Any:
-    return {"result": await hub.channels.tool(state, body)}
+    result = await hub.channels.tool(state, body)
+    if isinstance(result, EncodedResult):
+        return Encoded(b'{"result":' + result.text.encode("utf-8") + b"}")
+    return {"result": result}
 
 
 async def _goodbye(hub: Hub, state: ConnState, body: dict[str, Any]) -> Any:
@@ -262,7 +272,8 @@ async def serve(hub: Hub, scope: Scope, receive: Receive, send: Send) -> None:
             method = OPS[parts[1]].method
             if scope["method"] != method:
                 raise TalariaError("method_not_allowed", "method not allowed", headers={"Allow": method})
-            payload = canonical_json(await _handle(hub, headers, tracked, parts[0], parts[1]))
+            answer = await _handle(hub, headers, tracked, parts[0], parts[1])
+            payload = answer.body if isinstance(answer, Encoded) else canonical_json(answer)
         except TalariaError as exc:
             response = error_response(exc)
             status = response.status_code

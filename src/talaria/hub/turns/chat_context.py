@@ -30,6 +30,7 @@ from talaria.lifecycle.actor import Actor, account_principal
 from talaria.lifecycle.audit_key import AuditKey
 from talaria.settings import Settings
 from talaria.store.interface import Row, Store, Tx
+from talaria.teams.calls import TeamToolCalls
 
 log = structlog.get_logger("talaria.chat")
 
@@ -48,11 +49,12 @@ class ChatContext:
     def __init__(
         self, *, store: Store, clock: Clock, settings: Settings, key: AuditKey, accounts: Accounts,
         allowed: Allowed, registry: RunnerRegistry, runners: RunnerHub, driver: TurnDriver, events: ChatEvents,
-        timings: HubTimings,
+        timings: HubTimings, team_calls: TeamToolCalls | None = None,
     ) -> None:  # fmt: skip
         self.store, self.clock, self.settings, self.key = store, clock, settings, key
         self.accounts, self.allowed, self.registry, self.runners = accounts, allowed, registry, runners
         self.driver, self.events, self.timings = driver, events, timings
+        self.team_calls = team_calls  # None while the team set is not installed (chat.md 5.9)
         self.drafts: dict[str, Draft] = {}
         self.running: dict[str, asyncio.Task[None]] = {}
         self.stops: dict[str, asyncio.Event] = {}

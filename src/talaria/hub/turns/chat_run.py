@@ -21,12 +21,14 @@ from talaria.chat.turn_writes import NewMessage, get_turn, next_state, set_turn,
 from talaria.errors import TalariaError
 from talaria.hub.runners.connection_state import AccountRef
 from talaria.hub.runners.registry import RunnerRecord
+from talaria.hub.turns import team_round
 from talaria.hub.turns.chat_attach import send_attachments
 from talaria.hub.turns.chat_channels import Kept
 from talaria.hub.turns.chat_context import Place
 from talaria.hub.turns.chat_frames import TurnStream
 from talaria.hub.turns.chat_recovery import RecoveryEntries
 from talaria.hub.turns.driver import ACCESS_REVOKED, STOPPED, TURN_TIMEOUT, LiveChannel, TurnHooks, TurnResult
+from talaria.hub.turns.team_round import RoundTools
 from talaria.store.interface import Row, Tx
 
 log = structlog.get_logger("talaria.chat")
@@ -95,7 +97,7 @@ class RunEntries(RecoveryEntries):
         if resume_id is None:
             self.kept.close_conversation(conversation["id"])
         channel = LiveChannel(kept.gateway, kept.runtime_id, kept.stored_id) if kept is not None else None
-        entitled = await asyncio.to_thread(self._team_entitled, turn)
+        entitled = await asyncio.to_thread(self._team_entitled, turn, conversation)
         tools = entitled and await self._team_tools_ready(runner.id, account, conversation["bot_profile"])
         stream = TurnStream(self.store, self.clock, self.events, conversation["id"], turn.id,
                             conversation["bot_id"], self.drafts)  # fmt: skip
@@ -145,6 +147,8 @@ class RunEntries(RecoveryEntries):
                                 before_close=stream.settle_answers, on_result=on_result, read_session_info=True),
                 resume_id=resume_id, marker=f"[talaria-run:{turn.id}:{turn.trigger_message_id}]",
                 on_frame=stream.on_frame, stop=stop, prompt_for=prompt_for, channel=channel, keep=keep,
+                toolset=RoundTools(self.team_calls, turn, conversation, runner.id)
+                if tools and self.team_calls is not None else None,
             )  # fmt: skip
         except TalariaError as exc:
             if exc.code in WAIT_AGAIN and not stop.is_set() and await asyncio.to_thread(self._unsubmitted, turn.id):
@@ -237,11 +241,15 @@ class RunEntries(RecoveryEntries):
             earlier=earlier, file_refs=refs,
         )  # fmt: skip
 
-    def _team_entitled(self, turn: ChatTurn) -> bool:
-        """Chat.md 5.9: while the ``team`` set is not installed, a turn is entitled to the catalog (``talaria_whoami``
-        alone) when its owner has ``canManageTeam``."""
+    def _team_entitled(self, turn: ChatTurn, conversation: Row) -> bool:
+        """Chat.md 5.9: a turn gets the team catalog when its bot has effective team permission (team-tools.md 2);
+        while the ``team`` set is not installed, the catalog is ``talaria_whoami`` alone, for an owner with
+        ``canManageTeam``."""
         account = self.accounts.get(turn.owner)
-        return account is not None and account.tenant == turn.tenant and account.can_manage_team
+        can_manage = account is not None and account.tenant == turn.tenant and account.can_manage_team
+        if self.team_calls is None:
+            return can_manage
+        return team_round.entitled(self.store, turn, can_manage, conversation["bot_id"])
 
     async def _team_tools_ready(self, runner_id: str, account: AccountRef, profile: str) -> bool:
         """Whether the runner offers ``team-tools-v1`` and its plugin probe (runner-protocol.md 12.1) is ready."""

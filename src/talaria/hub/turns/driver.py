@@ -15,7 +15,7 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -102,6 +102,22 @@ def run_marker(run_id: str, work_id: str) -> str:
     return f"[talaria-run:{run_id}:{work_id}]"
 
 
+class ToolSet(Protocol):
+    """A turn's own tools for its grant (chat's team catalog): ``opened(grant_id)`` once the grant exists, before
+    any call can arrive; ``call`` for each call the grant forwards."""
+
+    @property
+    def catalog(self) -> list[dict[str, Any]]: ...
+
+    async def opened(self, grant_id: str) -> None: ...
+
+    async def call(self, tool_id: str, arguments: dict[str, Any]) -> Any: ...
+
+    async def valid(self) -> bool:
+        """Whether the round still holds (team-tools.md 5: the renewal's checks 4-6)."""
+        ...
+
+
 class TurnDriver:
     def __init__(
         self, channels: Channels, registry: RunnerRegistry, clock: Clock, *, grant_renew_s: float = GRANT_RENEW_S
@@ -144,6 +160,7 @@ class TurnDriver:
         channel: LiveChannel | None = None,
         keep: Callable[[TurnResult], bool] | None = None,
         probed: bool = False,
+        toolset: ToolSet | None = None,
     ) -> TurnResult:
         """Run one turn; ``deadline_ms`` (on the injected clock) bounds the submitted turn: reaching it
         interrupts the turn and raises ``turn_timeout``. Raises ``runner_command_uncertain`` when the channel is
@@ -158,7 +175,8 @@ class TurnDriver:
         known: whether it was resumed decides what it holds). ``channel``: run in that kept channel's live session
         (resumed, no ``gateway.open`` or ``session.resume``); ``keep(result)``, asked once the turn finished, leaves
         the channel open (the caller then owns it) instead of closing it; ``probed``: the caller has found the
-        plugin ready (``capabilities``) for this turn's tools."""
+        plugin ready (``capabilities``) for this turn's tools; ``toolset``: the grant offers these tools instead of the
+        diagnostic ``talaria_whoami``."""
         record = self.registry.get(runner_id)
         if record is None:
             raise TalariaError("not_found", "no such execution node")
@@ -183,15 +201,20 @@ class TurnDriver:
 
                 async def execute(tool_id: str, arguments: dict[str, Any]) -> Any:
                     assert grant is not None
+                    if toolset is not None:
+                        return await toolset.call(tool_id, arguments)
                     return await team_tools.call(replace(identity, grant_id=grant.id), tool_id, arguments)
 
                 session = {"runtimeId": runtime_id, "storedId": str(result.stored_id or "")}
+                catalog = toolset.catalog if toolset is not None else team_tools.catalog()
                 grant = await self.channels.create_grant(
                     runner_id, account, profile=profile, work_id=work_id, session=session,
-                    catalog=team_tools.catalog(), executor=execute, turn_active=lambda: active,
+                    catalog=catalog, executor=execute, turn_active=lambda: active,
                 )  # fmt: skip
+                if toolset is not None:
+                    await toolset.opened(grant.id)
                 await self.channels.bind_grant(grant, session)
-                renewal = asyncio.get_running_loop().create_task(self._renew(grant, result, profile))
+                renewal = asyncio.get_running_loop().create_task(self._renew(grant, result, profile, toolset))
             if prompt_for is not None:  # before the submit record: it may send attachments (chat.md 5.3 step 7)
                 prompt = await prompt_for(result)
             if hooks is not None and hooks.before_submit is not None:
@@ -332,10 +355,10 @@ class TurnDriver:
                     result.stored_id = raw["stored_session_id"]
                 return
 
-    async def _renew(self, grant: Grant, result: TurnResult, profile: str) -> None:
+    async def _renew(self, grant: Grant, result: TurnResult, profile: str, toolset: ToolSet | None) -> None:
         """Every ``grant_renew_s`` while the turn runs: re-check the account and renew the grant with
         ``grant.bind`` for the session's current stored id; a failed check or renewal marks the grant revoked
-        (the turn then stops)."""
+        (the turn then stops). A ``toolset`` whose round no longer holds closes the grant; the turn goes on."""
         validity = self.channels.runners.validity
         while grant.open and grant.turn_active():
             await asyncio.sleep(self.grant_renew_s)
@@ -343,6 +366,9 @@ class TurnDriver:
                 return
             try:
                 allowed = await asyncio.to_thread(validity.check, grant.account, grant.runner_id, profile)
+                if allowed and toolset is not None and not await toolset.valid():
+                    await self.channels.close_grant(grant)
+                    return
                 if allowed:
                     session = {"runtimeId": result.runtime_id, "storedId": str(result.stored_id or "")}
                     await self.channels.bind_grant(grant, session)

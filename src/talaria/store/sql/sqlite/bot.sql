@@ -38,3 +38,7 @@ SELECT owner FROM bot WHERE tenant = :tenant AND id = :id
 -- name: bot_bump_revision
 -- A change kept beside the bot (its team permission, team-tools.md 3.1) is a change of the bot: revision +1.
 UPDATE bot SET revision = revision + 1, updated_at = :now WHERE id = :id AND revision = :expected_revision
+
+-- name: bot_live_by_name
+-- An owner's non-archived bots by name (team tools' list, team-tools.md 6.3).
+SELECT * FROM bot WHERE tenant = :tenant AND owner = :owner AND archived = 0 ORDER BY name_key, id

@@ -20,3 +20,9 @@ WHERE bot_team.team_permission <> excluded.team_permission
 SELECT tm.team_id FROM team_member tm JOIN team t ON t.id = tm.team_id
 WHERE tm.bot_id = :bot_id AND t.archived = 0
 LIMIT 1
+
+-- name: bot_team_made_by_tool
+-- A bot a team tool made (team-tools.md 3.1): no permission, its creator and the turn.
+INSERT INTO bot_team (bot_id, tenant, owner, team_permission, team_revision, created_by_bot_id, created_in_turn_id,
+                      updated_at)
+VALUES (:bot_id, :tenant, :owner, 0, 0, :created_by_bot_id, :created_in_turn_id, :now)

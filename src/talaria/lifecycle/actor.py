@@ -8,6 +8,7 @@ from typing import Any
 # team and team_tool: team tools' reconciler and tool calls (team-tools.md 4.2, 10)
 VIAS = frozenset({"trusted_proxy", "in_process", "web", "cli", "reaper", "recovery", "team", "team_tool"})
 RUNTIME = "runtime"
+RUNTIME_API = "trusted_proxy"  # the Runtime API's door: blind to in-process-only jobs (team-tools.md 4.3)
 PLATFORM_ADMIN = "platform_admin"
 
 
@@ -24,6 +25,11 @@ class Actor:
 
     def has(self, role: str) -> bool:
         return role in self.roles
+
+    @property
+    def sees_in_process_jobs(self) -> bool:
+        """Every door but the Runtime API's sees jobs only the in-process dispatcher may run (ADR 0039)."""
+        return self.via != RUNTIME_API
 
     def as_json(self) -> dict[str, Any]:
         return {"principal": self.principal, "roles": sorted(self.roles), "via": self.via}

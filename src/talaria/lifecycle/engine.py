@@ -11,7 +11,7 @@ with a code of lifecycle.md 6.7.
 from __future__ import annotations
 
 from talaria.lifecycle import audit, recovery
-from talaria.lifecycle.context import Listener
+from talaria.lifecycle.context import Listener, Signals
 from talaria.lifecycle.endings import EndEntries
 from talaria.lifecycle.leasing import LeaseEntries
 from talaria.lifecycle.orchestrator import Orchestrator
@@ -26,6 +26,11 @@ class Engine(TaskEntries, LeaseEntries, EndEntries, ReleaseEntries, ReadEntries)
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener(signal, job_id)`` after each COMMIT; see ``Context``."""
         self.listeners.append(listener)
+
+    def emit(self, signals: Signals) -> None:
+        """Call the listeners for the signals of a transaction the caller committed (``policy.dispatch_by_policy``
+        runs inside the reconciler's own transaction)."""
+        self._emit(signals)
 
     def expire_due(self) -> int:
         """One reaper sweep (tests call this instead of running the periodic reaper)."""

@@ -45,10 +45,11 @@ class Bound:
     task_approved_by: str | None
 
 
-def load_bound(tx: Tx, binding: Binding, job_id: str) -> Bound:
-    """Binding steps 2-4 (one read): the job of the tenant, its Dispatch, and every persisted field."""
+def load_bound(tx: Tx, binding: Binding, job_id: str, actor: Actor) -> Bound:
+    """Binding steps 2-4 (one read): the job of the tenant, its Dispatch, and every persisted field. A job only
+    the in-process dispatcher may run is, through the Runtime API, exactly an unknown job."""
     row = tx.one("job_get_bound", tenant=binding.tenant, id=job_id)
-    if row is None:
+    if row is None or (row["in_process_only"] and not actor.sees_in_process_jobs):
         raise TalariaError("job_not_found", "no such job")
     job = Job.from_row(row)
     if row["d_id"] is None:
@@ -92,7 +93,7 @@ def keyed(
             replay: Reply[A] | None = _replay(tx, now, actor, operation, job_id, idem)
             if replay is not None:
                 return replay
-        out = body(tx, now, signals, load_bound(tx, binding, job_id))
+        out = body(tx, now, signals, load_bound(tx, binding, job_id, actor))
         if idem is None or isinstance(out, Refusal) or not out.applied:
             return out
         made = answers.body_of(out)

@@ -96,7 +96,7 @@ class ReadEntries(Context):
             raise TalariaError("role_forbidden", "status needs the role runtime or platform_admin")
         check_identity(binding, tenant=actor.tenant or "", principal=actor.principal, path_job=job_id)
         with self.store.read() as tx:
-            bound = load_bound(tx, binding, job_id)
+            bound = load_bound(tx, binding, job_id, actor)
         job = bound.job
         lease = None
         if job.state in LEASED_STATES:
@@ -150,7 +150,8 @@ class ReadEntries(Context):
         if not 1 <= size <= MAX_DISCOVERY_LIMIT:
             raise TalariaError("invalid_request", "limit must be between 1 and 100")
         with self.store.read() as tx:
-            rows = tx.all("job_discover", tenant=tenant, cell=cell, profile=profile, state=state, limit=size)
+            rows = tx.all("job_discover", tenant=tenant, cell=cell, profile=profile, state=state, limit=size,
+                          every_door=int(actor.sees_in_process_jobs))  # fmt: skip
         return Discovery(
             tuple(
                 Discovered(

@@ -61,6 +61,7 @@ def _move(
     *,
     subject: audit.Subject | None = None,
     binding: Binding | None = None,
+    reason_code: str | None = None,
     **changes: Any,
 ) -> Task:
     """Persist one task transition (conditional on state and revision) with its task.* event."""
@@ -96,6 +97,7 @@ def _move(
         to_state=to_state,
         revision_before=task.revision,
         revision_after=after.revision,
+        reason_code=reason_code,
     )
     return after
 
@@ -132,11 +134,12 @@ def cancel_undispatched(tx: Tx, now: int, actor: Actor, task: Task) -> Task:
 
 
 def dispatch_in(
-    settings: Settings, tx: Tx, now: int, actor: Actor, task: Task, signals: Signals
+    settings: Settings, tx: Tx, now: int, actor: Actor, task: Task, signals: Signals, *, in_process_only: bool = False
 ) -> tuple[Task, Dispatch, Job]:
     """Dispatch first (lifecycle.md 3): Dispatch row, then the QUEUED job, then the Task, in ``tx``.
 
-    ``task`` is the Task as read (or just written) in ``tx``."""
+    ``task`` is the Task as read (or just written) in ``tx``; ``in_process_only``: a job the Runtime API never
+    sees (team-tools.md 4.3)."""
     next_task_state(task.state, TaskOp.DISPATCH)
     if task.provenance is None or tx.one("dispatch_get_by_task", task_id=task.id) is not None:
         raise TalariaError("not_approved", "the task is already dispatched")
@@ -186,6 +189,7 @@ def dispatch_in(
         max_attempts=job.max_attempts,
         max_life_s=job.max_life_s,
         now=now,
+        in_process_only=int(in_process_only),
     )
     binding = dispatch.binding(actor.principal)
     subject = audit.Subject(task.id, dispatch_id, job_id)
@@ -274,6 +278,63 @@ def _enqueue_evidence(tx: Tx, now: int, job: Job, actor: Actor, event_id: str) -
     )
 
 
+def insert_task(
+    tx: Tx, now: int, actor: Actor, tenant: str, title: str, spec: dict[str, Any], cell: str, profile: str, trace: str
+) -> Task:
+    """A DRAFT task by ``actor`` with its ``task.created`` event, in ``tx``."""
+    task = Task(
+        mint("tsk", now),
+        tenant,
+        title,
+        canonical_json(spec).decode("utf-8"),
+        cell,
+        profile,
+        None,
+        trace,
+        TASK_INITIAL,
+        1,
+        actor.principal,
+        now,
+        *(None,) * 7,
+    )
+    tx.run(
+        "task_insert",
+        id=task.id,
+        tenant=tenant,
+        title=title,
+        spec=task.spec,
+        cell=cell,
+        profile=profile,
+        trace=trace,
+        created_by=actor.principal,
+        now=now,
+    )
+    audit.append(
+        tx,
+        now_ms=now,
+        type="task.created",
+        tenant=tenant,
+        actor=actor,
+        subject=audit.Subject(task.id),
+        to_state=task.state,
+        revision_after=task.revision,
+    )
+    return task
+
+
+def submit_in(tx: Tx, now: int, actor: Actor, task: Task) -> Task:
+    """DRAFT to PENDING_APPROVAL in ``tx``; the caller checked that ``actor`` wrote it."""
+    return _move(tx, now, task, TaskOp.SUBMIT, actor, submitted_at=now)
+
+
+def approve_by_policy_in(tx: Tx, now: int, actor: Actor, task: Task, reason_code: str) -> Task:
+    """PENDING_APPROVAL to APPROVED by a policy principal (team-tools.md 4.2): no person approves, so the
+    approver rules of a person (``platform_admin``, self-approval) do not apply; the provenance names the policy."""
+    provenance = digest(provenance_record(task, approved_by=actor.principal, approved_at=now))
+    return _move(tx, now, task, TaskOp.APPROVE, actor, reason_code=reason_code, approved_by=actor.principal,
+                 approved_at=now, provenance=provenance)  # fmt: skip
+
+
 class TaskEntries(Context):
     """Task operations and dispatch (lifecycle.md 3)."""
 
@@ -290,47 +351,9 @@ class TaskEntries(Context):
     ) -> Task:
         """A DRAFT task with its ``task.created`` event."""
 
-        def run(tx: Tx, now: int, signals: Signals) -> Task:
-            task = Task(
-                mint("tsk", now),
-                tenant,
-                title,
-                canonical_json(spec).decode("utf-8"),
-                cell,
-                profile,
-                None,
-                trace,
-                TASK_INITIAL,
-                1,
-                actor.principal,
-                now,
-                *(None,) * 7,
-            )
-            tx.run(
-                "task_insert",
-                id=task.id,
-                tenant=tenant,
-                title=title,
-                spec=task.spec,
-                cell=cell,
-                profile=profile,
-                trace=trace,
-                created_by=actor.principal,
-                now=now,
-            )
-            audit.append(
-                tx,
-                now_ms=now,
-                type="task.created",
-                tenant=tenant,
-                actor=actor,
-                subject=audit.Subject(task.id),
-                to_state=task.state,
-                revision_after=task.revision,
-            )
-            return task
-
-        return self.write(run)
+        return self.write(
+            lambda tx, now, signals: insert_task(tx, now, actor, tenant, title, spec, cell, profile, trace)
+        )
 
     def submit_task(self, actor: Actor, *, tenant: str, task_id: str) -> Task:
         """DRAFT to PENDING_APPROVAL, by the task's author only."""
@@ -339,7 +362,7 @@ class TaskEntries(Context):
             task = _get(tx, tenant, task_id)
             if task.created_by != actor.principal:
                 raise TalariaError("not_author", "only the task's author may submit it")
-            return _move(tx, now, task, TaskOp.SUBMIT, actor, submitted_at=now)
+            return submit_in(tx, now, actor, task)
 
         return self.write(run)
 

@@ -40,6 +40,7 @@ from talaria.lifecycle.binding import Binding
 from talaria.lifecycle.engine import Engine
 from talaria.settings import Settings
 from talaria.store.interface import Store
+from talaria.teams import member_sessions
 
 log = structlog.get_logger("talaria.dispatcher")
 
@@ -235,6 +236,11 @@ class Dispatcher:
             raise JobFailed(NOT_ADMITTED, "the task has no prompt")
         return prompt
 
+    def _member(self, binding: Binding) -> member_sessions.Member | None:
+        """An assignment job's goal and member (team-tools.md 4.3); None for any other job."""
+        found = self.engine.task(binding.tenant, binding.task)
+        return member_sessions.of_spec(found.task.spec) if found is not None else None
+
     async def _run_job(self, record: RunnerRecord, job: Discovered) -> None:
         lease = await asyncio.to_thread(self.holder.claim, job)
         if lease is None:
@@ -242,7 +248,10 @@ class Dispatcher:
         cancel = self.cancels.setdefault(lease.job_id, asyncio.Event())
         revoked = asyncio.Event()
         heartbeat: asyncio.Task[None] | None = None
+        member: member_sessions.Member | None = None
+        replied: TurnResult | None = None  # the turn's result when the job completed with its reply
         try:
+            member = await asyncio.to_thread(self._member, lease.binding)
             author = await asyncio.to_thread(self._author, lease.binding)
             await asyncio.to_thread(self.holder.start, lease)
 
@@ -264,7 +273,7 @@ class Dispatcher:
                     raise JobFailed(TARGET_CHANGED, "the source's runner changed since the prompt was submitted")
                 result = await self._recover(previous, author, cancel, lease)
             else:
-                result = await self._turn_or_cancel(record, lease, author, cancel, revoked)
+                result = await self._turn_or_cancel(record, lease, author, cancel, revoked, member)
             if revoked.is_set():
                 await self._stop_revoked(lease, author)
                 raise JobFailed(ACCESS_REVOKED, "the author's access changed during the turn; it was interrupted")
@@ -273,6 +282,7 @@ class Dispatcher:
                     await asyncio.to_thread(self.holder.cancel, lease, "cancel requested by an admin")
                 return
             await self._finish(lease, result)
+            replied = result
         except JobFailed as failed:
             await self._fail(lease, failed.code, failed.message)
         except Release as release:
@@ -291,6 +301,21 @@ class Dispatcher:
             self.pre_submit_waits.pop(lease.job_id, None)
             if heartbeat is not None:
                 heartbeat.cancel()
+            if member is not None:
+                await self._member_session_after(member, record.id, replied)
+
+    async def _member_session_after(
+        self, member: member_sessions.Member, runner_id: str, replied: TurnResult | None
+    ) -> None:
+        """Keep the member's session after a reply taken from Hermes; retire it after any other end (4.3)."""
+        now = self.clock.now_ms()
+        try:
+            if replied is not None and replied.stored_id:
+                await asyncio.to_thread(member_sessions.keep, self.store, member, runner_id, replied.stored_id, now)
+            else:
+                await asyncio.to_thread(member_sessions.retire, self.store, member, now)
+        except TalariaError as exc:  # the next attempt then opens a new session or resumes an older one
+            log.warning("member_session_not_recorded", goal=member.goal_id, bot=member.bot_id, code=exc.code)
 
     async def _finish(self, lease: Lease, result: TurnResult) -> None:
         """End the job with the turn's outcome: complete with the reply, or fail with the outcome's code."""
@@ -308,13 +333,14 @@ class Dispatcher:
         await asyncio.to_thread(self.holder.complete, lease, reply)
 
     async def _turn_or_cancel(
-        self, record: RunnerRecord, lease: Lease, author: AccountRef, cancel: asyncio.Event, revoked: asyncio.Event
-    ) -> TurnResult | None:
+        self, record: RunnerRecord, lease: Lease, author: AccountRef, cancel: asyncio.Event, revoked: asyncio.Event,
+        member: member_sessions.Member | None = None,
+    ) -> TurnResult | None:  # fmt: skip
         """The job's turn; None when a cancel request overtook it (the driver interrupts a submitted turn).
         While the runner is offline before anything was submitted, wait for it (the lease's maximum life
         bounds the wait: the reaper ends the lease)."""
         while True:
-            turn = asyncio.get_running_loop().create_task(self._turn(record, lease, author))
+            turn = asyncio.get_running_loop().create_task(self._turn(record, lease, author, member))
             cancelled = asyncio.get_running_loop().create_task(cancel.wait())
             lost = asyncio.get_running_loop().create_task(revoked.wait())
             try:
@@ -398,8 +424,15 @@ class Dispatcher:
         if event is not None:
             event.set()
 
-    async def _turn(self, record: RunnerRecord, lease: Lease, author: AccountRef) -> TurnResult:
+    async def _turn(
+        self, record: RunnerRecord, lease: Lease, author: AccountRef, member: member_sessions.Member | None = None
+    ) -> TurnResult:
+        """The job's one turn, never with team tools (an assignment's member included, team-tools.md 4.3); an
+        assignment's turn resumes the member's kept session when it may."""
         prompt = await asyncio.to_thread(self._prompt, lease.binding)
+        resume_id = None
+        if member is not None:
+            resume_id = await asyncio.to_thread(member_sessions.resumable, self.store, member, record.id)
 
         async def before_submit(result: TurnResult) -> None:
             turn = JobTurn(
@@ -417,7 +450,7 @@ class Dispatcher:
             result = await self.driver.run(
                 runner_id=record.id, account=author, profile=lease.binding.profile, work_id=lease.job_id,
                 prompt=prompt, run_id=lease.binding.run, tools=False, hooks=hooks,
-                deadline_ms=self.holder.deadline_ms(lease),
+                deadline_ms=self.holder.deadline_ms(lease), resume_id=resume_id,
             )  # fmt: skip
         except TalariaError as exc:
             recorded = await asyncio.to_thread(self.turns.get, lease.job_id)

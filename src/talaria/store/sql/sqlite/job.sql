@@ -1,9 +1,9 @@
 -- name: job_insert
 -- Enqueue a job (QUEUED, revision 1, epoch 0, attempt 0).
 INSERT INTO hermes_job (id, tenant, task_id, dispatch_id, run_id, trace, provenance, cell, profile, state,
-                        revision, attempt, max_attempts, max_life_s, enqueued_at, lease_epoch)
+                        revision, attempt, max_attempts, max_life_s, enqueued_at, lease_epoch, in_process_only)
 VALUES (:id, :tenant, :task_id, :dispatch_id, :run_id, :trace, :provenance, :cell, :profile, 'QUEUED',
-        1, 0, :max_attempts, :max_life_s, :now, 0)
+        1, 0, :max_attempts, :max_life_s, :now, 0, :in_process_only)
 
 -- name: job_get
 -- One job of a tenant.
@@ -70,11 +70,12 @@ UPDATE hermes_job SET
 WHERE id = :id AND state = :expected_state AND revision = :expected_revision
 
 -- name: job_discover
--- QUEUED (or, for admins, LEASED/RUNNING) jobs of DISPATCHED tasks in one cell and profile, oldest first.
+-- QUEUED (or, for admins, LEASED/RUNNING) jobs of DISPATCHED tasks in one cell and profile, oldest first; through
+-- the Runtime API (every_door 0) without the jobs only the in-process dispatcher may see.
 SELECT j.* FROM hermes_job j JOIN task t ON t.id = j.task_id
 WHERE j.tenant = :tenant AND j.cell = :cell AND j.profile = :profile AND j.state = :state
   AND j.state IN ('QUEUED', 'LEASED', 'RUNNING')
-  AND t.state = 'DISPATCHED'
+  AND t.state = 'DISPATCHED' AND (:every_door = 1 OR j.in_process_only = 0)
 ORDER BY j.enqueued_at, j.id
 LIMIT :limit
 

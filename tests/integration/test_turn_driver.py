@@ -156,20 +156,20 @@ class Refusing:
 
 
 def test_a_tool_set_s_text_reaches_the_caller_in_its_key_order(env: Env) -> None:
-    env.hermes.knobs.delta_delay = 0.3
+    env.hermes.knobs.delta_count, env.hermes.knobs.delta_delay = 100, 1.0  # held until the call was answered
     tools = Refusing()
     task = env.turn(toolset=tools)
     wait_until(lambda: len(env.hermes.bindings()) == 1, what="the grant to be bound")
     bind = next(iter(env.hermes.bindings().values()))
     answer = _tool_call(bind, "c1")
+    env.hermes.knobs.delta_delay = 0
     assert answer["content"][0]["text"] == '{"zeta":"' + tools.grant_id + '","alpha":"é"}'
     assert answer["structuredContent"] == {"zeta": tools.grant_id, "alpha": "é"}
     assert isinstance(outcome(env.server, task, timeout=30), TurnResult)
 
 
 def test_a_tool_that_refuses_the_round_closes_the_grant_and_the_turn_goes_on(env: Env) -> None:
-    env.hermes.knobs.delta_count = 3
-    env.hermes.knobs.delta_delay = 1
+    env.hermes.knobs.delta_count, env.hermes.knobs.delta_delay = 100, 1.0  # held until the grant closed
     tools = Refusing()
     task = env.turn(toolset=tools, prompt="tools then none")
     wait_until(lambda: len(env.hermes.bindings()) == 1, what="the grant to be bound")
@@ -182,6 +182,7 @@ def test_a_tool_that_refuses_the_round_closes_the_grant_and_the_turn_goes_on(env
     assert env.server.hub.runners.state_of(env.runner_id).grants == {}
     with pytest.raises(httpx.TransportError):  # the listener went with the grant: no later call reaches a tool
         httpx.post(f"{bind['bridge_url']}/tools/list", json={}, timeout=2)
+    env.hermes.knobs.delta_delay = 0
     result = outcome(env.server, task, timeout=30)
     assert isinstance(result, TurnResult) and result.status == "complete", result  # not interrupted
     assert tools.calls == 2

@@ -58,8 +58,11 @@ def test_the_document_covers_the_web_api_and_the_operations_routes_only(document
     paths = set(document["paths"])
     assert {p for p in paths if not p.startswith("/api/")} == {"/healthz", "/readyz", "/metrics"}
     assert not any(p.startswith(("/api/runner/", "/internal/")) for p in paths)
-    # 29, five bot and four conversation routes, the live stream, messages, four turn and two attachment routes
-    assert len(operations(document)) == 46
+    # 29, five bot and four conversation routes, the live stream, messages, four turn and two attachment routes,
+    # and team tools' two team and four goal routes (team-tools.md 11)
+    assert len(operations(document)) == 52
+    assert {"/api/teams", "/api/teams/{team_id}", "/api/goals", "/api/goals/{goal_id}", "/api/goals/{goal_id}/criteria",
+            "/api/goals/{goal_id}/stop"} <= paths  # fmt: skip
 
 
 def test_the_error_schema_is_the_canonical_body(document: dict[str, Any]) -> None:

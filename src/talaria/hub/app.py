@@ -30,6 +30,7 @@ from talaria.hub.middleware import AccessLog, BodyLimit, HeadAsGet, SafetyHeader
 from talaria.hub.resources import Hub, open_hub
 from talaria.hub.runners import machine_api
 from talaria.hub.runtime import routes as runtime_routes
+from talaria.hub.teams import api as teams_api
 from talaria.hub.timings import HubTimings
 from talaria.hub.web import pages as web_pages
 from talaria.hub.web.render import STATIC_DIR, Pages
@@ -84,12 +85,17 @@ def create_app(
         live.runners.start()
         live.dispatcher.start()
         live.chat_engine.start()
+        if live.team_reconciler is not None:  # after lifecycle and chat recovery, before the listener opens (4.1)
+            await run_in_threadpool(live.team_reconciler.run_once)
+            live.team_reconciler.start()
         if run_reaper:
             live.reaper.start()
         try:
             yield
         finally:
             live.chat_events.close_all()  # already done by HubUvicorn before it waits for open requests
+            if live.team_reconciler is not None:
+                await live.team_reconciler.stop()
             await live.dispatcher.stop()
             await live.chat_engine.stop()
             await live.runners.stop()
@@ -107,7 +113,8 @@ def create_app(
     app.state.pages = Pages(clock.now_ms)
     routers = (
         api_auth.router, api_accounts.router, api_tasks.router, api_jobs.router, bots_api.router,
-        conversations_api.router, turns_api.router, attachments_api.router, stream_api.router, ops.router,
+        conversations_api.router, turns_api.router, attachments_api.router, stream_api.router, teams_api.router,
+        ops.router,
     )  # fmt: skip
     documented = (*routers, runner_admin.router, api_sources.router)  # the document's routes (ADR 0029)
     for router in documented:

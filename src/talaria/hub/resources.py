@@ -26,6 +26,7 @@ from talaria.hub.runners.connections import RunnerHub
 from talaria.hub.runners.registry import RunnerRegistry
 from talaria.hub.runners.validity import Validity
 from talaria.hub.runtime.security_events import SecurityEvents
+from talaria.hub.teams.reconciler import TeamReconciler
 from talaria.hub.timings import HubTimings
 from talaria.hub.turns.chat_engine import ChatEngine
 from talaria.hub.turns.driver import TurnDriver
@@ -38,7 +39,9 @@ from talaria.store.interface import Store
 from talaria.store.open import open_store
 from talaria.teams import catalog
 from talaria.teams.calls import TeamToolCalls
+from talaria.teams.people import TeamsForPeople
 from talaria.teams.permission import TeamBots
+from talaria.teams.reconcile import Reconcile
 
 log = structlog.get_logger("talaria.hub")
 
@@ -71,6 +74,8 @@ class Hub:
     chat_attachments: Attachments
     chat_engine: ChatEngine
     chat_streams: ChatStreams
+    team_people: TeamsForPeople
+    team_reconciler: TeamReconciler | None = None  # None while the team set is not installed
 
     def tick(self) -> None:
         """One reaper sweep."""
@@ -147,6 +152,12 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
         chat_engine=chat_engine,
         chat_attachments=Attachments(store, clock, conversations),
         chat_streams=ChatStreams(keepalive_s=timings.chat_keepalive_s),
+        team_people=TeamsForPeople(store, clock),
     )
     hub.reaper = Reaper(hub.tick, settings.lifecycle_reaper_interval_s)
+    if team_calls is not None:
+        reconcile = Reconcile(store, clock, settings, audit_key, bot_access.allowed, engine)
+        hub.team_reconciler = TeamReconciler(reconcile, store=store, engine=engine, chat=chat_engine,
+                                             events=chat_events, interval_s=timings.team_reconcile_s)  # fmt: skip
+        team_calls.on_applied = hub.team_reconciler.applied
     return hub

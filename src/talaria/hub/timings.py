@@ -18,6 +18,8 @@ class HubTimings:
     grant_bind_deadline_s: float = limits.GRANT_BIND_DEADLINE_S
     # the dispatcher's scan when nothing woke it
     dispatcher_scan_s: float = 1.0
+    # team tools' reconciler: a pass at least this often, and at once on a signal (team-tools.md 4.1)
+    team_reconcile_s: float = 1.0
     # the wait before the dispatcher retries a transiently failed heartbeat (ADR 0020)
     heartbeat_retry_s: float = 1.0
     # how often a turn re-checks its account and renews its grant (runner-protocol.md 12.1, ADR 0021)

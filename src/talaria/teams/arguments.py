@@ -327,3 +327,12 @@ def check(tool_name: str, arguments: Any) -> dict[str, Any]:
 def _shown(key: str) -> str:
     """An unknown key as it may appear in an error: a key is the model's text, so only a short, plain one."""
     return key if re.fullmatch(r"[A-Za-z0-9_]{1,64}", key) else "an argument"
+
+
+def check_value(tool_name: str, key: str, value: Any) -> Any:
+    """One argument's value as ``tool_name`` checks it (the JSON API's bodies share the tools' rules), or 400
+    ``invalid_request`` naming ``key``."""
+    try:
+        return TOOLS[tool_name].fields[key].check(value)
+    except _Refused as exc:
+        raise TalariaError("invalid_request", f"{key}: {exc}") from None

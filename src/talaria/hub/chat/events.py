@@ -24,7 +24,7 @@ import contextlib
 import re
 import threading
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -82,6 +82,8 @@ class ChatEvents:
         self._lock = threading.Lock()
         self._conversations: dict[str, _Conversation] = {}
         self._closed = False
+        # called with each event's type after it was issued (team tools' reconciler wakes on a turn's end)
+        self.listeners: list[Callable[[str], None]] = []
 
     def _of(self, conversation_id: str) -> _Conversation:
         with self._lock:
@@ -123,7 +125,9 @@ class ChatEvents:
                 if not subscription.deliver(event):
                     state.subscriptions.discard(subscription)
             assert event.id is not None
-            return event.id
+        for listener in self.listeners:
+            listener(type)
+        return event.id
 
     def last_event_id(self, conversation_id: str) -> int:
         """The newest id this process issued for the conversation or, before it issued one, the stored

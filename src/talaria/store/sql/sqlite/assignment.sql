@@ -30,3 +30,7 @@ UPDATE assignment SET status = :status, attempt = :attempt, max_attempts = :max_
                       review = :review, task_id = :task_id, job_id = :job_id, revision = revision + 1,
                       updated_at = :now
 WHERE id = :id AND revision = :expected_revision
+
+-- name: assignment_running_count_owner
+-- How many assignments of an owner are running (goal turns, team-tools.md 4.2).
+SELECT COUNT(*) AS n FROM assignment WHERE tenant = :tenant AND owner = :owner AND status = 'running'

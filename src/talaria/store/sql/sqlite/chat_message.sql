@@ -38,3 +38,9 @@ WHERE conversation_id = :conversation_id
   AND (role = 'user' OR (role = 'assistant' AND final = 1 AND status = 'complete'))
 ORDER BY ordinal DESC
 LIMIT :limit
+
+-- name: chat_message_reply_of_turn
+-- Whether a turn stored a non-empty assistant reply (team-tools.md 7: the wake after a finish is then skipped).
+SELECT 1 AS replied FROM chat_message
+WHERE turn_id = :turn_id AND role = 'assistant' AND TRIM(content) <> ''
+LIMIT 1

@@ -34,3 +34,24 @@ UPDATE goal SET status = :status, cause = :cause, acceptance_criteria = :accepta
                 finish_turn_id = :finish_turn_id, wake_turn_id = :wake_turn_id, last_signature = :last_signature,
                 stopped_by = :stopped_by, finished_at = :finished_at, revision = revision + 1, updated_at = :now
 WHERE id = :id AND revision = :expected_revision
+
+-- name: goal_by_id
+-- One goal by id (the reconciler's read; routes use goal_get, keyed by owner).
+SELECT * FROM goal WHERE id = :id
+
+-- name: goal_open_all
+-- Every goal not terminal, oldest first (the reconciler's pass).
+SELECT * FROM goal WHERE status NOT IN ('complete', 'blocked', 'cancelled') ORDER BY created_at, id
+
+-- name: goal_get_tenant
+-- One goal of a tenant, any owner (an admin's read).
+SELECT * FROM goal WHERE tenant = :tenant AND id = :id
+
+-- name: goal_page
+-- A tenant's goals (of one owner, team or status, when given), newest first (ties by id), after a cursor.
+SELECT * FROM goal
+WHERE tenant = :tenant AND (:owner IS NULL OR owner = :owner) AND (:team_id IS NULL OR team_id = :team_id)
+  AND (:status IS NULL OR status = :status)
+  AND (:cursor_at IS NULL OR created_at < :cursor_at OR (created_at = :cursor_at AND id < :cursor_id))
+ORDER BY created_at DESC, id DESC
+LIMIT :limit

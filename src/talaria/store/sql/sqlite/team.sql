@@ -29,3 +29,15 @@ ORDER BY created_at, id
 UPDATE team SET name = :name, name_key = :name_key, instructions = :instructions, archived = :archived,
                 revision = revision + 1, updated_at = :now
 WHERE id = :id AND revision = :expected_revision
+
+-- name: team_get_tenant
+-- One team of a tenant, any owner (an admin's read).
+SELECT * FROM team WHERE tenant = :tenant AND id = :id
+
+-- name: team_page
+-- A tenant's teams (of one owner, when given), newest first (ties by id), after a cursor.
+SELECT * FROM team
+WHERE tenant = :tenant AND (:owner IS NULL OR owner = :owner)
+  AND (:cursor_at IS NULL OR created_at < :cursor_at OR (created_at = :cursor_at AND id < :cursor_id))
+ORDER BY created_at DESC, id DESC
+LIMIT :limit

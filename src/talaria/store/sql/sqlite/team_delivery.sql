@@ -7,3 +7,17 @@ ON CONFLICT (goal_id, activation, kind, signature) DO NOTHING
 -- name: team_delivery_of_goal
 -- A goal's deliveries, oldest first.
 SELECT * FROM team_delivery WHERE goal_id = :goal_id ORDER BY created_at, id
+
+-- name: team_delivery_pending
+-- Deliveries not yet handled, oldest first.
+SELECT * FROM team_delivery WHERE status = 'pending' ORDER BY created_at, id
+
+-- name: team_delivery_finish
+-- A pending delivery delivered or suppressed, once.
+UPDATE team_delivery SET status = :status, reason = :reason, message_id = :message_id, wake_turn_id = :wake_turn_id,
+                         woke = :woke, updated_at = :now
+WHERE id = :id AND status = 'pending'
+
+-- name: team_delivery_get
+-- One delivery by id.
+SELECT * FROM team_delivery WHERE id = :id

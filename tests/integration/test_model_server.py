@@ -13,7 +13,20 @@ from typing import Any
 import httpx
 import pytest
 
-from talaria.testing.model_server import ModelServer, ToolSelector, cut, fail, hang, reply, slow, tool_call, when
+from talaria.testing.model_server import (
+    ModelServer,
+    ToolSelector,
+    cut,
+    fail,
+    from_prompt,
+    from_result,
+    gated,
+    hang,
+    reply,
+    slow,
+    tool_call,
+    when,
+)
 
 TOOLS = [
     {"type": "function", "function": {"name": "terminal", "description": "run a command", "parameters": {}}},
@@ -108,16 +121,16 @@ def test_failures_cuts_and_hangs(model: ModelServer) -> None:
                  when("hang", hang()))  # fmt: skip
     failed = chat(model, [{"role": "user", "content": "busy"}])
     assert failed.status_code == 429 and failed.json()["error"]["message"] == "slow down"
-    with httpx.stream("POST", f"{model.base_url}/chat/completions", timeout=10,
-                      json={"messages": [{"role": "user", "content": "cut"}], "stream": True}) as response:  # fmt: skip
+    body = {"messages": [{"role": "user", "content": "cut"}], "stream": True, "tools": TOOLS}
+    with httpx.stream("POST", f"{model.base_url}/chat/completions", timeout=10, json=body) as response:
         received = b""
         with pytest.raises(httpx.RemoteProtocolError):
             for piece in response.iter_bytes():
                 received += piece
     assert b"[DONE]" not in received and b"abcdefgh" in received
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{model.base_url}/chat/completions", json={"messages": [{"role": "user", "content": "hang"}]},
-                   timeout=0.5)  # fmt: skip
+        httpx.post(f"{model.base_url}/chat/completions", json={"messages": [{"role": "user", "content": "hang"}],
+                   "tools": TOOLS}, timeout=0.5)  # fmt: skip
     assert model.requests()[-1].last_user == "hang"
 
 
@@ -165,3 +178,69 @@ def test_a_reply_can_carry_the_last_tool_result(model: ModelServer) -> None:
               {"role": "tool", "tool_call_id": call_id, "content": '{"account": "alice"}'}]  # fmt: skip
     text = streamed_text(sse(chat(model, follow))[0])
     assert text == 'Talaria says this conversation acts for: {"account": "alice"}'
+
+
+# --- team-tool scenarios (team-tools.md 13) ---------------------------------------------------------------------
+
+
+def _arguments(response: httpx.Response) -> Any:
+    frames, _ = sse(response)
+    calls = [f["choices"][0]["delta"]["tool_calls"][0] for f in frames if f["choices"] and
+             f["choices"][0]["delta"].get("tool_calls")]  # fmt: skip
+    return json.loads("".join(c["function"].get("arguments", "") for c in calls))
+
+
+def test_arguments_come_from_earlier_tool_results_and_from_the_prompt(model: ModelServer) -> None:
+    model.script(when("assign it", tool_call("form_team", {
+        "goalId": from_prompt(r"goal (gol_\S+)"), "botIds": [from_result(0, "/bot/id"), from_result(-1, "/team/id")],
+        "deep": {"x": from_result(1, "/bots/1/name")},
+    })))  # fmt: skip
+    messages = [
+        {"role": "user", "content": "old turn"}, {"role": "tool", "content": '{"bot": {"id": "bot_old"}}'},
+        {"role": "user", "content": "assign it to goal gol_7 now"},
+        {"role": "assistant", "content": None}, {"role": "tool", "content": '{"bot": {"id": "bot_w"}}'},
+        {"role": "tool", "content": '{"bots": [{"name": "a"}, {"name": "b"}], "team": {"id": "tm_c"}}'},
+    ]  # fmt: skip
+    assert _arguments(chat(model, messages)) == {"goalId": "gol_7", "botIds": ["bot_w", "tm_c"], "deep": {"x": "b"}}
+    assert model.chat_requests()[-1].ended_at is not None
+
+
+@pytest.mark.parametrize("reference", [from_result(0, "/missing"), from_result(3, "/bot"), from_prompt(r"x(\d+)y")])
+def test_a_reference_that_does_not_resolve_answers_500_and_says_why(model: ModelServer, reference: Any) -> None:
+    model.script(when("go", tool_call("form_team", {"v": reference})))
+    answer = chat(model, [{"role": "user", "content": "go"}, {"role": "tool", "content": '{"bot": 1}'}])
+    assert answer.status_code == 500 and "unresolved" in answer.text
+    assert len(model.unresolved) == 1
+
+
+def test_a_gate_holds_its_response_until_released(model: ModelServer) -> None:
+    model.script(when("held", gated(reply("let go"), "g1")))
+    answers: list[httpx.Response] = []
+    worker = threading.Thread(target=lambda: answers.append(chat(model, [{"role": "user", "content": "held"}])))
+    worker.start()
+    model.wait_for(lambda log: model.arrived("g1") == 1)
+    assert answers == [] and model.chat_requests()[-1].ended_at is None
+    model.release("g1")
+    worker.join(10)
+    assert streamed_text(sse(answers[0])[0]) == "let go"
+
+
+def test_a_gate_with_parties_opens_once_that_many_arrived(model: ModelServer) -> None:
+    model.script(when("both", gated(reply("together"), "both", parties=2)))
+    answers: list[httpx.Response] = []
+    workers = [threading.Thread(target=lambda: answers.append(chat(model, [{"role": "user", "content": "both"}])))
+               for _ in range(2)]  # fmt: skip
+    workers[0].start()
+    model.wait_for(lambda log: model.arrived("both") == 1)
+    assert answers == []
+    workers[1].start()
+    for worker in workers:
+        worker.join(10)
+    assert [streamed_text(sse(a)[0]) for a in answers] == ["together", "together"]
+
+
+def test_rules_apply_only_to_requests_that_offer_tools(model: ModelServer) -> None:
+    model.script(when("title me", reply("ruled")))
+    side = chat(model, [{"role": "user", "content": "title me"}], tools=[])
+    assert streamed_text(sse(side)[0]).startswith("Scripted reply to: title me")
+    assert streamed_text(sse(chat(model, [{"role": "user", "content": "title me"}]))[0]) == "ruled"

@@ -14,6 +14,14 @@ offered, or a ``ToolSelector`` over the offered tools), ``reply_with_tool_result
 delays, ``fail(status, body)``, ``cut()`` (the stream stops mid-way) and ``hang()`` (no answer until the
 client gives up).
 
+Team-tool scenarios (team-tools.md 13): argument values may be ``from_result(index, pointer)`` (the ``index``-th
+tool message after the last user message, from 0, negative from the end, parsed as JSON, at a JSON Pointer) or
+``from_prompt(pattern)`` (group 1 of the first match of a regex over the last user message), anywhere in a step's
+arguments, lists included, resolved when the step is answered; one that does not resolve answers 500 and says why
+in ``unresolved``. ``gated(step, name, parties=None)`` holds the response until ``release(name)`` or, with
+``parties``, until that many requests reached the gate; each response's end is logged (``LoggedRequest.ended_at``).
+Rules apply only to requests that offer tools: Hermes' side requests (session titles) get the default reply.
+
 Hermes' compression summary request (it begins "You are a summarization agent") gets a fixed summary
 before any rule is tried. Every request is logged (method, path, body, tool names offered, last user message) in order;
 ``turn_starts(text)`` counts chat requests that offer tools and end with a user message containing
@@ -31,7 +39,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import uvicorn
@@ -65,6 +73,76 @@ class ToolSelector:
 
 
 @dataclass(frozen=True)
+class FromResult:
+    """An argument taken from an earlier tool result of the turn (team-tools.md 13)."""
+
+    index: int
+    pointer: str
+
+
+@dataclass(frozen=True)
+class FromPrompt:
+    """An argument taken from the last user message: group 1 of the first match of ``pattern``."""
+
+    pattern: str
+
+
+def from_result(index: int, pointer: str) -> FromResult:
+    return FromResult(index, pointer)
+
+
+def from_prompt(pattern: str) -> FromPrompt:
+    return FromPrompt(pattern)
+
+
+class Unresolved(Exception):
+    """An argument reference that the request does not satisfy."""
+
+
+def _pointer(document: Any, pointer: str) -> Any:
+    """RFC 6901: ``/a/0/b`` in ``document``; ``Unresolved`` when a step is missing."""
+    if pointer == "":
+        return document
+    if not pointer.startswith("/"):
+        raise Unresolved(f"{pointer!r} is not a JSON Pointer")
+    for raw in pointer[1:].split("/"):
+        token = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(document, list) and token.isdigit() and int(token) < len(document):
+            document = document[int(token)]
+        elif isinstance(document, dict) and token in document:
+            document = document[token]
+        else:
+            raise Unresolved(f"{pointer!r} names nothing in the tool result")
+    return document
+
+
+def resolve(value: Any, messages: list[Any]) -> Any:
+    """``value`` with every ``FromResult`` and ``FromPrompt`` replaced from ``messages`` (the request's)."""
+    if isinstance(value, FromResult | FromPrompt):
+        prompt, start = _last_user(messages)
+        if isinstance(value, FromPrompt):
+            found = re.search(value.pattern, prompt)
+            if found is None or found.lastindex is None:
+                raise Unresolved(f"{value.pattern!r} does not match the last user message")
+            return found.group(1)
+        results = [m for m in messages[start:] if isinstance(m, dict) and m.get("role") == "tool"]
+        try:
+            text = _text_of(results[value.index].get("content"))
+        except IndexError:
+            raise Unresolved(f"there is no tool result {value.index} after the last user message") from None
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            raise Unresolved(f"tool result {value.index} is not JSON") from None
+        return _pointer(parsed, value.pointer)
+    if isinstance(value, dict):
+        return {key: resolve(item, messages) for key, item in value.items()}
+    if isinstance(value, list):
+        return [resolve(item, messages) for item in value]
+    return value
+
+
+@dataclass(frozen=True)
 class Step:
     kind: str  # reply | tool_call | fail | cut | hang
     text: str = ""
@@ -76,6 +154,8 @@ class Step:
     chunk_delay_s: float = 0.0
     chunk_chars: int = CHUNK_CHARS  # characters of text per streamed chunk
     prompt_tokens: int | None = None  # reported usage instead of the estimate (large values make Hermes compress)
+    gate: str | None = None  # held until release(gate), or until ``parties`` requests reached it
+    parties: int | None = None
 
 
 def reply(
@@ -122,6 +202,14 @@ def hang() -> Step:
     return Step("hang")
 
 
+def gated(step: Step, name: str, parties: int | None = None) -> Step:
+    """``step``, answered only once ``release(name)`` was called or, with ``parties``, that many requests reached
+    the gate ``name``."""
+    if parties is not None and parties < 1:
+        raise ValueError("parties must be at least 1")
+    return replace(step, gate=name, parties=parties)
+
+
 @dataclass(frozen=True)
 class Rule:
     steps: tuple[Step, ...]
@@ -140,7 +228,7 @@ def when(contains: str | None = None, *steps: Step, pattern: str | None = None) 
     return Rule(tuple(steps), contains=contains, pattern=pattern)
 
 
-@dataclass(frozen=True)
+@dataclass
 class LoggedRequest:
     method: str
     path: str
@@ -148,6 +236,16 @@ class LoggedRequest:
     tools: tuple[str, ...]
     last_user: str | None  # the text of the last message if it is a user message
     at: float
+    ended_at: float | None = field(default=None, compare=False)  # when its response was fully sent
+
+
+def _last_user(messages: list[Any]) -> tuple[str, int]:
+    """The last user message's text and the index after it."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, dict) and message.get("role") == "user":
+            return _text_of(message.get("content")), index + 1
+    return "", 0
 
 
 def _text_of(content: Any) -> str:
@@ -177,6 +275,11 @@ class ModelServer:
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
+        self._gates: dict[str, asyncio.Event] = {}
+        self._arrived: dict[str, int] = {}
+        self._released: set[str] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.unresolved: list[str] = []  # why a step's argument did not resolve (the request got a 500)
         self.app = Starlette(
             routes=[
                 Route("/v1/models", self._models, methods=["GET"]),
@@ -258,6 +361,40 @@ class ModelServer:
                 self._lock.wait(left)
             return list(self._log)
 
+    def release(self, name: str) -> None:
+        """Let every response held at gate ``name`` go, now and later (any thread)."""
+        with self._lock:
+            self._released.add(name)
+            loop = self._loop
+        if loop is not None:
+            loop.call_soon_threadsafe(self._open_gate, name)
+
+    def arrived(self, name: str) -> int:
+        """How many requests reached gate ``name``."""
+        with self._lock:
+            return self._arrived.get(name, 0)
+
+    def _open_gate(self, name: str) -> None:
+        self._gates.setdefault(name, asyncio.Event()).set()
+
+    async def _at_gate(self, step: Step) -> None:
+        assert step.gate is not None
+        self._loop = asyncio.get_running_loop()
+        gate = self._gates.setdefault(step.gate, asyncio.Event())
+        with self._lock:
+            self._arrived[step.gate] = self._arrived.get(step.gate, 0) + 1
+            reached = step.parties is not None and self._arrived[step.gate] >= step.parties
+            released = step.gate in self._released
+            self._lock.notify_all()
+        if reached or released:
+            gate.set()
+        await gate.wait()
+
+    def _ended(self, request: LoggedRequest) -> None:
+        with self._lock:
+            request.ended_at = time.time()
+            self._lock.notify_all()
+
     def _record(self, request: LoggedRequest) -> None:
         with self._lock:
             self._log.append(request)
@@ -309,18 +446,36 @@ class ModelServer:
         names = tuple(str(t.get("function", {}).get("name", "")) for t in offered)
         last = messages[-1] if messages else None
         last_user = _text_of(last.get("content")) if isinstance(last, dict) and last.get("role") == "user" else None
-        self._record(LoggedRequest("POST", request.url.path, body, names, last_user, time.time()))
+        logged = LoggedRequest("POST", request.url.path, body, names, last_user, time.time())
+        self._record(logged)
         prompt, position = _turn_position(messages)
         first = _text_of(messages[0].get("content")) if messages and isinstance(messages[0], dict) else ""
         # Hermes' compression summary quotes the user's prompts: recognise it before any rule can match it
-        step = reply(SUMMARY_REPLY) if first.startswith(SUMMARY_PREFIX) else self._step_for(prompt, position)
+        if first.startswith(SUMMARY_PREFIX):
+            step = reply(SUMMARY_REPLY)
+        elif not offered:  # a side request (a session title): rules are for the agent's own requests
+            step = reply(f"Scripted reply to: {prompt[:200]}")
+        else:
+            step = self._step_for(prompt, position)
+        if step.gate is not None:
+            await self._at_gate(step)
+        if step.kind == "tool_call":
+            try:
+                step = replace(step, arguments=resolve(step.arguments, messages))
+            except Unresolved as exc:
+                with self._lock:
+                    self.unresolved.append(str(exc))
+                self._ended(logged)
+                return JSONResponse({"error": {"message": f"scripted argument unresolved: {exc}"}}, status_code=500)
         if step.kind == "tool_echo":
             results = [m for m in messages if isinstance(m, dict) and m.get("role") == "tool"]
             step = reply(step.text + (_text_of(results[-1].get("content")) if results else "(no tool result)"))
         if step.kind == "fail":
+            self._ended(logged)
             return Response(step.body, status_code=step.status, media_type="application/json")
         if step.kind == "hang":
             await _until_disconnected(request)
+            self._ended(logged)
             return Response(status_code=499)
         if step.first_byte_delay_s:
             await asyncio.sleep(step.first_byte_delay_s)
@@ -329,10 +484,11 @@ class ModelServer:
                  "completion_tokens": _tokens(step.text) + 1}  # fmt: skip
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         if body.get("stream"):
-            return StreamingResponse(self._stream(step, call, usage), media_type="text/event-stream")
+            return StreamingResponse(self._stream(step, call, usage, logged), media_type="text/event-stream")
         message: dict[str, Any] = {"role": "assistant", "content": None if call else step.text}
         if call is not None:
             message["tool_calls"] = [call]
+        self._ended(logged)
         return JSONResponse(
             {
                 "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
@@ -355,7 +511,9 @@ class ModelServer:
             "function": {"name": name, "arguments": json.dumps(step.arguments)},
         }
 
-    async def _stream(self, step: Step, call: dict[str, Any] | None, usage: dict[str, int]) -> AsyncIterator[bytes]:
+    async def _stream(
+        self, step: Step, call: dict[str, Any] | None, usage: dict[str, int], logged: LoggedRequest
+    ) -> AsyncIterator[bytes]:
         ident = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
 
@@ -390,6 +548,7 @@ class ModelServer:
                        "choices": [], "usage": usage}  # fmt: skip
         yield f"data: {json.dumps(usage_frame)}\n\n".encode()
         yield b"data: [DONE]\n\n"
+        self._ended(logged)
 
 
 def demo_rule() -> Rule:

@@ -1,0 +1,343 @@
+"""Team tools' acceptance on real Hermes (team-tools.md 13): real ``hermes serve`` 0.19.0 with the plugin, a real
+hub and a real ``talaria runner`` process, the scripted model deciding deterministically. Setup: ``alice``
+(``canManageTeam``, ``local: [default, work]``), her bot ``Lead`` on ``local/default`` with team permission, a
+conversation with it. Every scenario ends with ``talaria audit verify``. Tool names drop ``talaria_`` below."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from talaria.testing.model_server import (
+    LoggedRequest,
+    Rule,
+    Step,
+    ToolSelector,
+    fail,
+    from_prompt,
+    from_result,
+    gated,
+    reply,
+    tool_call,
+    when,
+)
+from tests.conftest import login
+from tests.hermes.chat_support import audit_verifies, make_bot, messages, send, start_chat, wait_turn
+from tests.hermes.conftest import Node
+from tests.hermes.team_support import TEAM, offered_team_tools, tool_results
+from tests.integration.runner_support import wait_until
+
+ASSIGNMENT = r"(?m)^\[talaria-assignment\]"
+REVIEW = r"(?m)^\[talaria-goal-review\]"
+RESULT = r"(?m)^\[talaria-goal-result\]"
+MARK = "mark-9c41"
+
+
+def tool(name: str, arguments: dict[str, Any]) -> Step:
+    return tool_call(ToolSelector(TEAM, f"talaria_{name}:"), arguments)
+
+
+def build_it(brief: str = "mw-1 write the draft") -> Rule:
+    """S1's user turn: a member twice under one requestId, a team, a goal and one assignment."""
+    return when(
+        None,
+        tool("create_bot", {"requestId": "R1", "name": "Writer", "profile": "work"}),
+        tool("create_bot", {"requestId": "R1", "name": "Writer", "profile": "work"}),
+        tool("create_team", {"requestId": "R2", "name": "Crew", "memberIds": [from_result(0, "/bot/id")]}),
+        tool("start_goal", {"requestId": "R3", "teamId": from_result(2, "/team/id"), "title": "Report",
+                            "objective": "write the report"}),
+        tool("assign", {"requestId": "R4", "goalId": from_result(3, "/goal/id"), "botId": from_result(0, "/bot/id"),
+                        "title": "Draft", "brief": brief}),
+        reply("started"),
+        pattern=r"^build it",
+    )  # fmt: skip
+
+
+def review_and_finish() -> Rule:
+    """S1b's wake: accept the assignment, finish the goal with one check."""
+    return when(
+        None,
+        tool("review_assignment", {"requestId": "R5", "assignmentId": from_prompt(r"assignment (asg_\S+) review"),
+                                   "decision": "accept", "note": "good"}),
+        tool("finish_goal", {"requestId": "R6", "goalId": from_prompt(r"goalId: (\S+)"), "status": "complete",
+                             "result": "the report is written", "acceptanceRevision": 1,
+                             "checks": [{"criterion": 0, "passed": True, "evidence": "the draft"}]}),
+        reply("done"),
+        pattern=REVIEW,
+    )  # fmt: skip
+
+
+@dataclass
+class Team:
+    node: Node
+    alice: httpx.Client
+    lead: str
+    conversation_id: str
+
+    def rows(self, sql: str) -> list[dict[str, Any]]:
+        conn = sqlite3.connect(self.node.server.settings.sqlite_path)
+        conn.row_factory = sqlite3.Row
+        try:
+            return [dict(row) for row in conn.execute(sql).fetchall()]
+        finally:
+            conn.close()
+
+    def say(self, text: str, conversation_id: str | None = None) -> dict[str, Any]:
+        where = conversation_id or self.conversation_id
+        sent = send(self.alice, where, text)
+        assert sent.status_code == 202, sent.text
+        return wait_turn(self.alice, where, sent.json()["turn"]["id"], timeout=120)
+
+    def requests_after(self, pattern: str) -> list[LoggedRequest]:
+        """The model requests whose last user message matches ``pattern`` (its own turn's requests)."""
+        found = []
+        for request in self.node.model.chat_requests():
+            prompt = _last_user_text(request)
+            if request.tools and prompt is not None and re.search(pattern, prompt):
+                found.append(request)
+        return found
+
+    def goal(self) -> dict[str, Any]:
+        [row] = self.rows("SELECT * FROM goal")
+        return row
+
+    def system_messages(self) -> list[dict[str, Any]]:
+        return [m for m in messages(self.alice, self.conversation_id) if m["role"] == "system"]
+
+
+def turn_results(request: LoggedRequest) -> list[str]:
+    """The tool results of the request's own turn: the tool messages after its last user message."""
+    listed = request.body["messages"]
+    last = max((i for i, m in enumerate(listed) if m.get("role") == "user"), default=-1)
+    return [str(m.get("content")) for m in listed[last + 1 :] if m.get("role") == "tool"]
+
+
+def _last_user_text(request: LoggedRequest) -> str | None:
+    for message in reversed(request.body["messages"]):
+        if message.get("role") == "user":
+            content = message.get("content")
+            return content if isinstance(content, str) else json.dumps(content)
+    return None
+
+
+@pytest.fixture
+def team(node: Node) -> Iterator[Team]:
+    node.server.hub.accounts.update("alice", "default", {"canManageTeam": True})
+    alice = login(node.server, "alice")
+    try:
+        lead = make_bot(alice, "Lead")
+        assert alice.patch(f"/api/bots/{lead}", json={"teamPermission": True}).status_code == 200
+        yield Team(node, alice, lead, start_chat(alice, lead))
+    finally:
+        alice.close()
+    assert audit_verifies(node.server.settings.data_dir)
+
+
+def _successful_results_say_no_failure(team: Team) -> None:
+    """Hermes 0.19.0 marks a result failed when its first 500 characters say failed or error (6.1)."""
+    for request in team.node.model.chat_requests():
+        for text in tool_results(request):
+            if '"code":' not in text[:200]:
+                assert "failed" not in text[:500] and "error" not in text[:500], text[:500]
+
+
+def test_s1_one_user_turn_forms_a_team_and_runs_the_goal_to_its_report(team: Team) -> None:
+    model = team.node.model
+    model.script(build_it(), when(None, reply("draft done: mw-1 is written"), pattern=ASSIGNMENT), review_and_finish())
+    started = team.say("build it")
+    assert started["state"] == "completed"
+    # S1: one new bot, the same answer twice
+    first = team.requests_after(r"^build it")
+    results = turn_results(first[-1])
+    assert results[0] == results[1]
+    writer = json.loads(results[0])["bot"]
+    assert [r["name"] for r in team.rows("SELECT name FROM bot ORDER BY created_at")] == ["Lead", "Writer"]
+    members = team.rows("SELECT bot_id FROM team_member ORDER BY position")
+    assert [m["bot_id"] for m in members] == [team.lead, writer["id"]]
+    wait_until(lambda: team.goal()["status"] in ("review", "complete"), what="the goal to enter review", timeout=120)
+    [task] = team.rows("SELECT * FROM task")
+    assert (task["cell"], task["profile"], task["approved_by"]) == (
+        "local",
+        "work",
+        f"policy:team_permission:{team.lead}",
+    )
+    assert json.loads(task["spec"])["approval"]["grantedBy"] == "alice"
+    member_requests = team.requests_after(ASSIGNMENT)
+    assert member_requests and all(offered_team_tools(r) == [] for r in member_requests)
+    # S1b: the review wake accepts and finishes; the terminal message needs no second wake
+    wait_until(lambda: team.goal()["status"] == "complete", what="the goal to complete", timeout=120)
+    wait_until(lambda: len(team.system_messages()) == 2, what="the terminal message", timeout=60)
+    shown = [(m["role"], m["author"], m["content"].split("\n")[0]) for m in messages(team.alice, team.conversation_id)
+             if m["role"] != "tool"]  # fmt: skip
+    assert shown == [
+        ("user", "alice", "build it"),
+        ("assistant", team.lead, "started"),
+        ("system", "talaria", 'Goal "Report" of team "Crew" has results awaiting review.'),
+        ("assistant", team.lead, "done"),
+        ("system", "talaria", 'Goal "Report" of team "Crew" is complete.'),
+    ]
+    review, terminal = team.system_messages()
+    assert review["reference"]["goalId"] == terminal["reference"]["goalId"] == team.goal()["id"]
+    wake = team.rows("SELECT * FROM chat_turn WHERE trigger = 'automatic'")
+    assert [(w["trigger_message_id"], w["state"]) for w in wake] == [(review["id"], "completed")]
+    assert team.rows("SELECT kind, woke FROM team_delivery ORDER BY created_at") == [
+        {"kind": "review", "woke": 1}, {"kind": "terminal", "woke": 0}]  # fmt: skip
+    [assignment] = team.rows("SELECT status, attempt FROM assignment")
+    assert assignment == {"status": "complete", "attempt": 1}
+    assert model.unresolved == []
+    _successful_results_say_no_failure(team)
+
+
+def test_s3_forged_fields_are_invalid_request_and_whoami_names_alice_lead_and_this_turn(team: Team) -> None:
+    model = team.node.model
+    model.script(when(None,
+        tool("create_bot", {"requestId": "R1", "name": "Ghost", "teamPermission": True}),
+        tool("create_bot", {"requestId": "R2", "name": "Ghost", "owner": "bob"}),
+        tool("whoami", {"account": "mallory", "botId": "bot_x", "turnId": "trn_x"}),
+        reply("checked"), pattern=r"^forge"))  # fmt: skip
+    turn = team.say("forge it")
+    assert turn["state"] == "completed"
+    results = turn_results(team.requests_after(r"^forge")[-1])
+    assert [json.loads(r)["code"] for r in results[:2]] == ["invalid_request", "invalid_request"]
+    assert "teamPermission" in json.loads(results[0])["error"] and "owner" in json.loads(results[1])["error"]
+    identity = json.loads(results[2])
+    assert (identity["account"], identity["botId"], identity["turnId"]) == ("alice", team.lead, turn["id"])
+    assert team.rows("SELECT name FROM bot WHERE name = 'Ghost'") == []
+
+
+def test_s8_a_review_wake_cannot_start_or_resume_a_goal(team: Team) -> None:
+    model = team.node.model
+    model.script(
+        build_it(), when(None, reply("draft done"), pattern=ASSIGNMENT),
+        when(None, tool("start_goal", {"requestId": "R7", "teamId": from_prompt(r"teamId: (\S+)"), "title": "Again",
+                                       "objective": "more"}),
+             tool("resume_goal", {"requestId": "R8", "goalId": from_prompt(r"goalId: (\S+)")}),
+             reply("cannot"), pattern=REVIEW),
+    )  # fmt: skip
+    team.say("build it")
+    wait_until(lambda: team.requests_after(REVIEW) and turn_results(team.requests_after(REVIEW)[-1])[1:],
+               what="the wake's two calls", timeout=120)  # fmt: skip
+    wait_until(lambda: team.rows("SELECT state FROM chat_turn WHERE trigger = 'automatic'")[0]["state"] == "completed",
+               what="the wake to end", timeout=60)  # fmt: skip
+    results = turn_results(team.requests_after(REVIEW)[-1])
+    assert [json.loads(r)["code"] for r in results] == ["user_instruction_required", "user_instruction_required"]
+    assert len(team.rows("SELECT id FROM goal")) == 1
+
+
+def test_s9_a_failed_member_run_is_retried_as_a_second_task_up_to_the_limit(team: Team) -> None:
+    model = team.node.model
+    retry = tool("review_assignment", {"requestId": "R9", "assignmentId": from_prompt(r"assignment (asg_\S+) failed"),
+                                       "decision": "retry", "note": "try again"})  # fmt: skip
+    model.script(
+        build_it(),
+        when(None, fail(500), pattern=ASSIGNMENT),
+        when(None, reply("second try worked"), pattern=ASSIGNMENT + r"[\s\S]*attempt: 2"),
+        when(None, retry, reply("retried"), pattern=REVIEW + r"[\s\S]*failed attempt 1/3"),
+        when(None, reply("looked"), pattern=REVIEW + r"[\s\S]*review attempt 2/3"),
+    )  # fmt: skip
+    team.say("build it")
+    wait_until(lambda: [r["attempt"] for r in team.rows("SELECT attempt FROM assignment_run")] == [1, 2],
+               what="the second attempt", timeout=180)  # fmt: skip
+    wait_until(lambda: team.rows("SELECT status FROM assignment")[0]["status"] == "review", what="attempt 2's review",
+               timeout=120)  # fmt: skip
+    runs = team.rows("SELECT attempt, outcome, task_id FROM assignment_run ORDER BY attempt")
+    assert [r["outcome"] for r in runs] == ["FAILED", "SUCCEEDED"] and runs[0]["task_id"] != runs[1]["task_id"]
+    assert len(team.rows("SELECT id FROM task")) == 2
+
+
+def test_s11_no_audit_body_or_evidence_holds_a_free_text_argument(team: Team) -> None:
+    model = team.node.model
+    model.script(build_it(brief=f"brief {MARK}"), when(None, reply(f"result {MARK}"), pattern=ASSIGNMENT),
+                 when(None, reply("noted"), pattern=REVIEW))  # fmt: skip
+    team.say("build it")
+    wait_until(lambda: team.goal()["status"] == "review", what="the review", timeout=120)
+    dumped = json.dumps(team.rows("SELECT * FROM audit_event")) + json.dumps(team.rows("SELECT * FROM team_evidence"))
+    assert MARK not in dumped
+    calls = [json.loads(r["body"]) for r in team.rows("SELECT body FROM audit_event") if '"team_tool"' in r["body"]]
+    assert calls and all(c["team"]["runnerId"] == team.node.runner_id for c in calls)
+
+
+def test_s2_a_request_id_reused_for_another_call_is_an_idempotency_conflict_and_changes_nothing(team: Team) -> None:
+    team.node.model.script(
+        build_it(), when(None, reply("draft done"), pattern=ASSIGNMENT),
+        when(None, tool("create_team", {"requestId": "R2", "name": "Other crew", "memberIds": [team.lead]}),
+             reply("reused"), pattern=r"^reuse"),
+    )  # fmt: skip
+    team.say("build it")
+    before = team.rows("SELECT id, name, revision FROM team")
+    assert team.say("reuse R2")["state"] == "completed"
+    [result] = turn_results(team.requests_after(r"^reuse")[-1])
+    assert json.loads(result)["code"] == "idempotency_conflict"
+    assert team.rows("SELECT id, name, revision FROM team") == before
+
+
+def test_s4_permission_revoked_mid_round_refuses_the_next_call_and_creates_nothing(team: Team) -> None:
+    model = team.node.model
+    held = gated(tool("create_bot", {"requestId": "R7", "name": "Ghost"}), "revoke")
+    later = tool("create_bot", {"requestId": "R8", "name": "Ghost2"})
+    model.script(when(None, tool("list_bots", {}), held, later, reply("went on"), pattern=r"^revoke"))
+    sent = send(team.alice, team.conversation_id, "revoke it")
+    assert sent.status_code == 202
+    model.wait_for(lambda log: model.arrived("revoke") == 1, timeout=120)
+    revoked = team.alice.patch(f"/api/bots/{team.lead}", json={"teamPermission": False})
+    assert revoked.status_code == 200
+    [changed] = team.rows("SELECT seq FROM audit_event WHERE type = 'team.bot.permission_changed' "
+                          "AND reason_code = 'revoked'")  # fmt: skip
+    model.release("revoke")
+    turn = wait_turn(team.alice, team.conversation_id, sent.json()["turn"]["id"], timeout=120)
+    assert turn["state"] == "completed"
+    results = turn_results(team.requests_after(r"^revoke")[-1])
+    assert json.loads(results[1])["code"] == "team_tools_forbidden"
+    assert len(results) == 3 and '"bot":' not in results[2]  # refused, whoever refused it
+    assert team.rows("SELECT name FROM bot WHERE name LIKE 'Ghost%'") == []
+    later = team.rows(f"SELECT body FROM audit_event WHERE seq > {changed['seq']}")
+    assert not [e for e in later if '"via":"team_tool"' in e["body"] or '"team_tool"' in e["body"]]
+
+
+def test_s5_two_administrators_at_once_get_their_own_tools_and_no_cross_talk(team: Team) -> None:
+    model = team.node.model
+    lead2 = make_bot(team.alice, "Lead2")
+    assert team.alice.patch(f"/api/bots/{lead2}", json={"teamPermission": True}).status_code == 200
+    other_chat = start_chat(team.alice, lead2)
+    for text, name, other, request_id in (("pair A", "Crew A", lead2, "R9"), ("pair B", "Crew B", team.lead, "R10")):
+        model.script(when(None, gated(tool("whoami", {}), "both", parties=2),
+                          tool("create_team", {"requestId": request_id, "name": name, "memberIds": [other]}),
+                          reply(f"{name} formed"), pattern=f"^{text}"))  # fmt: skip
+    first = send(team.alice, team.conversation_id, "pair A")
+    second = send(team.alice, other_chat, "pair B")
+    turns = [wait_turn(team.alice, team.conversation_id, first.json()["turn"]["id"], timeout=120),
+             wait_turn(team.alice, other_chat, second.json()["turn"]["id"], timeout=120)]  # fmt: skip
+    assert [t["state"] for t in turns] == ["completed", "completed"]
+    a, b = team.requests_after(r"^pair A")[-1], team.requests_after(r"^pair B")[-1]
+    assert set(offered_team_tools(a)).isdisjoint(offered_team_tools(b))
+    for request, bot, turn in ((a, team.lead, turns[0]), (b, lead2, turns[1])):
+        identity = json.loads(turn_results(request)[0])
+        assert (identity["botId"], identity["turnId"]) == (bot, turn["id"])
+    teams = {t["name"]: t["administrator_id"] for t in team.rows("SELECT name, administrator_id FROM team")}
+    assert teams == {"Crew A": team.lead, "Crew B": lead2}
+
+
+def test_s10_stopping_a_goal_while_its_member_runs_cancels_the_job_and_posts_was_stopped(team: Team) -> None:
+    model = team.node.model
+    model.script(build_it(), when(None, gated(reply("too late"), "member"), pattern=ASSIGNMENT))
+    try:
+        team.say("build it")
+        model.wait_for(lambda log: model.arrived("member") == 1, timeout=120)
+        goal_id = team.goal()["id"]
+        stopped = team.alice.post(f"/api/goals/{goal_id}/stop", json={})
+        assert stopped.status_code == 200 and stopped.json()["goal"]["status"] == "cancelling"
+        wait_until(lambda: team.goal()["status"] == "cancelled", what="the goal to be cancelled", timeout=120)
+        assert team.rows("SELECT state FROM hermes_job") == [{"state": "CANCELLED"}]
+        wait_until(lambda: team.system_messages() != [], what="the stop message", timeout=60)
+        assert [m["content"] for m in team.system_messages()] == ['Goal "Report" of team "Crew" was stopped.']
+        assert team.rows("SELECT woke FROM team_delivery") == [{"woke": 0}]
+        assert team.rows("SELECT COUNT(*) AS n FROM chat_turn WHERE trigger = 'automatic'") == [{"n": 0}]
+    finally:
+        model.release("member")

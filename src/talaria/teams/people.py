@@ -124,6 +124,21 @@ class TeamsForPeople:
         listed = reads.assignments(tx, goal.id) if assignments is None else assignments
         return {**goal.view(listed), "owner": goal.owner}
 
+    def bot_name(self, tenant: str, owner: str, bot_id: str) -> str | None:
+        with self.store.read() as tx:
+            bot = bots.get(tx, tenant, owner, bot_id)
+        return bot.name if bot is not None else None
+
+    def goal_titles(self, account: Account, goal_ids: set[str]) -> dict[str, str]:
+        """The titles of the goals ``account`` may see among ``goal_ids`` (chat's ``Open goal:`` links)."""
+        out = {}
+        with self.store.read() as tx:
+            for goal_id in goal_ids:
+                row = tx.one("goal_get_tenant", tenant=account.tenant, id=goal_id)
+                if row is not None and self._visible(account, row["owner"]):
+                    out[goal_id] = str(row["title"])
+        return out
+
     # --- changes -----------------------------------------------------------------------------------------------
 
     def stop(self, account: Account, goal_id: str, reason: str | None) -> dict[str, Any]:

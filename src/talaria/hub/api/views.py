@@ -17,11 +17,14 @@ from talaria.limits import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT
 
 
 def task_json(task: Task, job_id: str | None = None) -> dict[str, Any]:
+    spec = json.loads(task.spec)
     return {
         "id": task.id,
         "tenant": task.tenant,
         "title": task.title,
-        "prompt": json.loads(task.spec).get("prompt"),
+        "prompt": spec.get("prompt"),
+        "team": spec.get("team"),  # an assignment's attempt (team-tools.md 4.2, 11); null otherwise
+        "approval": spec.get("approval"),  # its approval by policy; null otherwise
         "cell": task.cell,
         "profile": task.profile,
         "state": task.state,

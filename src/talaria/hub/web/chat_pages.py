@@ -82,7 +82,8 @@ async def _bots_view(request: Request, user: WebUser, archived: bool) -> dict[st
     choices = [{"label": f"{p['profile']} on {p['source']}", "online": p["online"],
                 "value": json.dumps({"profile": p["profile"], "source": p["source"]}, sort_keys=True)}
                for p in profiles]  # fmt: skip
-    return {"choices": choices, "bots": await _all_bots(user, request, archived), "archived": archived}
+    return {"choices": choices, "bots": await _all_bots(user, request, archived), "archived": archived,
+            "can_manage_team": user.account.can_manage_team}  # fmt: skip
 
 
 @router.get("/bots")
@@ -111,13 +112,30 @@ def turn_status(turn: dict[str, Any]) -> str:
     return f"Not finished: {code}"
 
 
-def article(message: dict[str, Any], bot_name: str) -> dict[str, Any]:
+def goal_of(message: dict[str, Any]) -> str | None:
+    """The goal a team tools' report-back message is about (team-tools.md 7), if it is one."""
+    reference = message.get("reference")
+    if isinstance(reference, dict) and reference.get("kind") == "team_goal":
+        return str(reference["goalId"])
+    return None
+
+
+async def goal_titles(request: Request, user: WebUser, messages: list[dict[str, Any]]) -> dict[str, str]:
+    wanted = {goal for goal in map(goal_of, messages) if goal is not None}
+    if not wanted:
+        return {}
+    return await run_in_threadpool(hub_of(request).team_people.goal_titles, user.account, wanted)
+
+
+def article(message: dict[str, Any], bot_name: str, titles: dict[str, str] | None = None) -> dict[str, Any]:
     """What ``parts/chat_message.html`` shows of a stored message: the accessible name (``You``, the bot's name,
-    ``<bot> used <tool>``, ``Talaria``), a note on how it ended, and its body (markdown for the bot's replies)."""
+    ``<bot> used <tool>``, ``Talaria``), a note on how it ended, and its body (markdown for the bot's replies); a
+    report-back message links its goal (``Open goal: <title>``, team-tools.md 12) when ``titles`` has it."""
     role, status = message["role"], message["status"]
     notes = {"interrupted": "interrupted", "error": "error", "running": "running…"}
     shown = {"id": message["id"], "role": role, "createdAt": message["createdAt"], "turnId": message["turnId"],
-             "note": notes.get(status or "", ""), "tool": message["tool"], "content": message["content"]}  # fmt: skip
+             "note": notes.get(status or "", ""), "tool": message["tool"], "content": message["content"],
+             "goal": None}  # fmt: skip
     if role == "user":
         return shown | {"name": "You", "html": None}
     if role == "assistant":
@@ -126,7 +144,9 @@ def article(message: dict[str, Any], bot_name: str) -> dict[str, Any]:
     if role == "tool":
         tool = message["tool"] or {}
         return shown | {"name": f"{bot_name} used {tool.get('name') or 'a tool'}", "html": None}
-    return shown | {"name": "Talaria", "html": None}
+    goal = goal_of(message)
+    link_to = {"id": goal, "title": titles[goal]} if goal is not None and titles and goal in titles else None
+    return shown | {"name": "Talaria", "html": None, "goal": link_to}
 
 
 async def _conversation_view(request: Request, user: WebUser, conversation_id: str,
@@ -138,6 +158,7 @@ async def _conversation_view(request: Request, user: WebUser, conversation_id: s
     snapshot = await turns_api.list_messages(conversation_id=conversation_id, user=user, hub=hub, limit=None,
                                              cursor=before)  # fmt: skip
     messages = list(reversed(snapshot["messages"]))
+    titles = await goal_titles(request, user, messages)
     live = snapshot["liveTurn"]
     status = turn_status(live["turn"]) if live is not None else ""
     if live is None and before is None:  # how the latest turn ended, also after a reload
@@ -152,7 +173,7 @@ async def _conversation_view(request: Request, user: WebUser, conversation_id: s
         "conversation": conversation,
         "bot": bot,
         "title": conversation["title"],
-        "articles": [article(m, bot["name"]) for m in messages],
+        "articles": [article(m, bot["name"], titles) for m in messages],
         "draft": draft,
         "live": live,
         "approvals": live["approvals"] if live is not None else [],
@@ -186,8 +207,8 @@ async def _message_view(request: Request, user: WebUser, conversation_id: str, m
     hub = hub_of(request)
     conversation = (await conversations_api.get_conversation(conversation_id=conversation_id, user=user,
                                                              hub=hub))["conversation"]  # fmt: skip
-    stored = await run_in_threadpool(hub.chat_turns.message, user.account, conversation_id, message_id)
-    return {"m": article(message_json(stored), conversation["bot"]["name"])}
+    stored = message_json(await run_in_threadpool(hub.chat_turns.message, user.account, conversation_id, message_id))
+    return {"m": article(stored, conversation["bot"]["name"], await goal_titles(request, user, [stored]))}
 
 
 @router.get("/chats/{conversation_id}/messages/{message_id}")

@@ -29,7 +29,7 @@ from talaria.hub.api import tasks as api_tasks
 from talaria.hub.api.runner_admin import summary
 from talaria.hub.api.websession import WebUser
 from talaria.hub.resources import Hub
-from talaria.hub.web import chat_pages
+from talaria.hub.web import chat_pages, team_pages
 from talaria.hub.web.frame import (
     hub_of,
     link,
@@ -127,7 +127,11 @@ async def _task_view(request: Request, user: WebUser, task_id: str) -> dict[str,
     task = (await api_tasks.get_task(task_id=task_id, user=user, hub=hub))["task"]
     job = (await api_jobs.get_job(job_id=task["jobId"], user=user, hub=hub))["job"] if task["jobId"] else None
     live = task["state"] not in TASK_FINAL or (job is not None and job["state"] not in TERMINAL)
-    return {"task": task, "job": job, "live": live, "title": task["title"]}
+    approver = None
+    if task["approval"] is not None:  # team-tools.md 12: the coordinator, a bot of the task's owner, by name
+        approver = await run_in_threadpool(hub.team_people.bot_name, user.account.tenant, task["createdBy"],
+                                           task["approval"]["coordinatorBotId"])  # fmt: skip
+    return {"task": task, "job": job, "live": live, "title": task["title"], "approver_bot": approver}
 
 
 @router.get("/tasks/{task_id}")
@@ -276,5 +280,6 @@ async def account_page(request: Request, username: str) -> Response:
 
 # The chat pages (chat.md 6) are their own module; the app includes this one router.
 router.include_router(chat_pages.router)
+router.include_router(team_pages.router)
 
 __all__ = ["not_found_page", "router"]

@@ -11,6 +11,7 @@
   function fieldValue(el) {
     const kind = el.dataset.kind || "text";
     if (kind === "bool") return el.checked;
+    if (kind === "int") return Number.parseInt(el.value, 10);
     const raw = el.value;
     if (kind === "list") return raw.split(/[\n,]/).map((s) => s.trim()).filter(Boolean);
     if (kind === "lines") return raw.split("\n").map((s) => s.trim()).filter(Boolean);
@@ -115,8 +116,9 @@
     try {
       const { response, answer } = await send(form.dataset.method || "POST", form.dataset.api, body);
       if (!response.ok) {
-        showError(form, describe(response, answer));
-        return;
+        const conflict = answer && form.dataset.conflictCode === answer.code;
+        showError(form, conflict ? form.dataset.conflictText : describe(response, answer));
+        return;  // the form keeps what was typed
       }
       if (form.dataset.onSuccess) {
         afterSuccess[form.dataset.onSuccess](form, answer);
@@ -130,6 +132,32 @@
     } finally {
       delete form.dataset.busy;
       buttons.forEach((b) => (b.disabled = false));
+    }
+  });
+
+  // --- a checkbox that saves at once (a bot's team permission): data-toggle is the route, data-field the key ------
+
+  document.addEventListener("change", async (event) => {
+    const box = event.target;
+    if (!(box instanceof HTMLInputElement) || !box.dataset.toggle) return;
+    const status = document.getElementById(box.dataset.status);
+    const wanted = box.checked;
+    box.disabled = true;
+    if (status) status.textContent = "Saving…";
+    try {
+      const { response, answer } = await send("PATCH", box.dataset.toggle, { [box.dataset.field]: wanted });
+      if (!response.ok) {
+        box.checked = !wanted;
+        if (status) status.textContent = describe(response, answer);
+        return;
+      }
+      box.defaultChecked = wanted;
+      if (status) status.textContent = "Saved.";
+    } catch (_) {
+      box.checked = !wanted;
+      if (status) status.textContent = "The hub could not be reached. Nothing was changed; try again.";
+    } finally {
+      box.disabled = false;
     }
   });
 

@@ -4,6 +4,7 @@ server and the Hermes executable (tests/hermes and tests/browser run real Hermes
 from __future__ import annotations
 
 import secrets
+import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -82,3 +83,13 @@ def login(server: HubServer, username: str, password: str = PASSWORD) -> httpx.C
     assert response.status_code == 200, response.text
     client.headers["X-CSRF-Token"] = response.json()["csrfToken"]
     return client
+
+
+def db_rows(path: Path, sql: str) -> list[dict[str, Any]]:
+    """The rows of ``sql`` on a hub's SQLite file (the hub may be serving: a reader of its WAL), as dicts."""
+    conn = sqlite3.connect(path)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(row) for row in conn.execute(sql).fetchall()]
+    finally:
+        conn.close()

@@ -132,9 +132,10 @@ def _hermes(data_dir: Path, stops: list[Stop]) -> tuple[str, str, str]:
     return hermes.url, hermes.session_token, f"real hermes-agent {HERMES_VERSION} with the scripted model"
 
 
-def _execution_node(admin: httpx.Client, user: httpx.Client, data_dir: Path, stops: list[Stop]) -> None:
-    """Start Hermes, register a runner, start it, route one command and run one streamed turn through it.
-    Whatever it starts goes onto ``stops`` (stopped in reverse order), even when a step fails."""
+def _execution_node(admin: httpx.Client, user: httpx.Client, data_dir: Path, stops: list[Stop]) -> bool:
+    """Start Hermes, register a runner, start it, route one command and run one streamed turn through it; whether
+    the Hermes is the real one. Whatever it starts goes onto ``stops`` (stopped in reverse order), even when a step
+    fails."""
     hermes_url, hermes_token, what = _hermes(data_dir, stops)
     registered = _check(
         admin.post("/api/admin/runners", json={"name": "demo node", "source": "local", "allowedProfiles": ["default"],
@@ -190,6 +191,7 @@ def _execution_node(admin: httpx.Client, user: httpx.Client, data_dir: Path, sto
     if done.get("event") != "done":
         raise RuntimeError(f"the test turn ended with {done}")
     _step(f"turn {done['status']} (run marker {done['marker']}); the identity above was bound by the hub")
+    return what.startswith("real")
 
 
 def _job_on_the_node(alice: httpx.Client, bob: httpx.Client) -> None:
@@ -235,11 +237,47 @@ def _chat_on_the_node(alice: httpx.Client, url: str) -> str:
     return f"{url}/chats/{conversation['id']}"
 
 
+def _team_goal_on_the_node(alice: httpx.Client, url: str) -> None:
+    """A bot with team permission forms a team in one chat turn, its member's draft runs as a job on the node, the
+    review wake accepts it and finishes the goal, and the report-back reaches the conversation (team-tools.md)."""
+    body = {"name": "Lead", "source": "local", "profile": "default", "teamPermission": True}
+    lead = _check(alice.post("/api/bots", json=body), "create bot")["bot"]
+    conversation = _check(alice.post("/api/conversations", json={"botId": lead["id"]}), "start chat")["conversation"]
+    _step(f"alice made bot {lead['name']} with team permission and asked it for a launch note")
+    text = "Write the launch note with your team."
+    turn = _check(alice.post(f"/api/conversations/{conversation['id']}/turns", json={"text": text}), "send")["turn"]
+    ended = _stream_reply(alice, conversation["id"], turn["id"])
+    if ended["state"] != "completed":
+        raise RuntimeError(f"the team turn ended {ended['state']} {ended['code']}")
+    deadline = time.monotonic() + 180
+    while True:
+        goals = _check(alice.get("/api/goals"), "list goals")["goals"]
+        if goals and goals[0]["status"] in ("complete", "blocked", "cancelled"):
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the team goal did not finish: {goals[0]['status'] if goals else 'not started'}")
+        time.sleep(0.2)
+    goal = _check(alice.get(f"/api/goals/{goals[0]['id']}"), "read goal")
+    team, work = goal["team"], goal["assignments"][0]
+    _step(
+        f"team {team['name']!r} ({len(team['memberIds'])} members): assignment {work['title']!r} ran as job "
+        f"{work['jobId']} on the node, approved by Lead's team permission; goal {goal['goal']['status']}"
+    )
+    while len(system := [m for m in _check(alice.get(f"/api/conversations/{conversation['id']}/messages"),
+                                            "read chat")["messages"] if m["role"] == "system"]) < 2:  # fmt: skip
+        if time.monotonic() > deadline:
+            raise RuntimeError("the goal's report-back did not arrive")
+        time.sleep(0.2)
+    for message in sorted(system, key=lambda m: m["createdAt"]):
+        _step(f"Talaria in alice's chat: {message['content'].splitlines()[0]}")
+    _step(f"the goal's page: {url}/goals/{goal['goal']['id']}")
+
+
 def _stream_reply(client: httpx.Client, conversation_id: str, turn_id: str) -> dict[str, Any]:
     """Print the turn's ``message.delta`` events from the live stream until its terminal event; returns the turn."""
     ends = ("turn.completed", "turn.failed", "turn.interrupted", "turn.uncertain")
     print("    ", end="", flush=True)
-    event = ""
+    event, started = "", False
     with client.stream("GET", f"/api/conversations/{conversation_id}/events", params={"after": "0"},
                        timeout=180) as response:  # fmt: skip
         if response.status_code != 200:
@@ -250,7 +288,9 @@ def _stream_reply(client: httpx.Client, conversation_id: str, turn_id: str) -> d
             elif raw.startswith("data: "):
                 data = json.loads(raw[6:])
                 if event == "message.delta" and data["turnId"] == turn_id:
-                    print(str(data["text"]).replace("\n", "\n    "), end="", flush=True)
+                    text = str(data["text"]) if started else str(data["text"]).lstrip()  # Hermes may open blank
+                    started = started or bool(text)
+                    print(text.replace("\n", "\n    "), end="", flush=True)
                 elif event in ends and data["turn"]["id"] == turn_id:
                     print(flush=True)
                     ended: dict[str, Any] = data["turn"]
@@ -285,7 +325,8 @@ def _run_demo(data_dir: Path, *, keep_serving: bool, port: int) -> int:
     for username, role in (("alice", "user"), ("bob", "admin")):
         done = _talaria(
             "admin", "create-user", "--data-dir", str(data_dir), "--username", username, "--role", role,
-            "--allow", "local:default", "--allow", "batch:default", stdin=passwords[username] + "\n",
+            "--allow", "local:default", "--allow", "batch:default", *(["--team"] if username == "alice" else []),
+            stdin=passwords[username] + "\n",
         )  # fmt: skip
         if done.returncode != 0:
             print(done.stderr, file=sys.stderr)
@@ -342,9 +383,13 @@ def _run_demo(data_dir: Path, *, keep_serving: bool, port: int) -> int:
         _step(f"alice sees task {shown['id']} {shown['state']}")
         events = _check(bob.get("/api/audit", params={"job": job["id"]}), "audit")["events"]
         _step(f"{len(events)} audit events for the job, each with its evidence digest")
-        _execution_node(bob, alice, data_dir, stops)
+        real = _execution_node(bob, alice, data_dir, stops)
         _job_on_the_node(alice, bob)
         chat_page = _chat_on_the_node(alice, url)
+        if real:
+            _team_goal_on_the_node(alice, url)
+        else:
+            _step("the team goal needs a real Hermes (a model that calls the tools): skipped")
         verify = _talaria("audit", "verify", "--data-dir", str(data_dir))
         print((verify.stdout or verify.stderr).strip(), flush=True)
         if verify.returncode != 0:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import DESKTOP, PHONE, assert_fits
+from talaria.testing.hub_server import HubServer
+from tests.browser.conftest import DESKTOP, PHONE, Browsers, assert_fits, sign_in
 
 SCHEMES = ("light", "dark")
 
@@ -29,3 +30,11 @@ def assert_fits_everywhere(page: Page) -> None:
             assert_fits(page)
     page.emulate_media(color_scheme="light")
     page.set_viewport_size(DESKTOP)
+
+
+def open_as(browsers: Browsers, hub: HubServer, path: str, user: str = "alice", **options: object) -> Page:
+    """A new watched page, signed in as ``user``, at ``path``."""
+    page = browsers.context(**options).page()
+    sign_in(page, hub, user)
+    page.goto(f"{hub.url}{path}")
+    return page

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import Page, Route, expect
+from playwright.sync_api import Route, expect
 
 from talaria.testing.hub_server import HubServer
-from tests.browser.chat_support import assert_fits_everywhere, assert_unique
+from tests.browser.chat_support import assert_fits_everywhere, assert_unique, open_as
 from tests.browser.conftest import DESKTOP, PHONE, Browsers, sign_in
 from tests.conftest import login
 from tests.hermes.chat_support import make_bot, start_chat
@@ -37,15 +37,8 @@ def _register_offline_node(hub: HubServer) -> None:
         root.close()
 
 
-def _open(browsers: Browsers, hub: HubServer, path: str, user: str = "alice", **options: object) -> Page:
-    page = browsers.context(**options).page()
-    sign_in(page, hub, user)
-    page.goto(f"{hub.url}{path}")
-    return page
-
-
 def test_without_a_node_there_is_no_profile_and_without_a_bot_no_chat(chat_hub: HubServer, browsers: Browsers) -> None:
-    page = _open(browsers, chat_hub, "/bots")
+    page = open_as(browsers, chat_hub, "/bots")
     expect(page.get_by_role("heading", name="Bots", exact=True)).to_be_visible()
     expect(page.get_by_text("No profile is available to you.")).to_be_visible()
     expect(page.get_by_role("button", name="Create bot")).to_be_disabled()
@@ -210,7 +203,7 @@ def test_a_stream_reset_reloads_the_transcript_and_the_page_follows_on(
     fetches the snapshot again and reopens the stream after its id (chat.md 4.2, 4.4)."""
     _register_offline_node(chat_hub)
     conversation_id = start_chat(alice, make_bot(alice, "Writer", profile="work"))
-    page = _open(browsers, chat_hub, "/chats")
+    page = open_as(browsers, chat_hub, "/chats")
 
     def too_far(route: Route) -> None:
         answer = route.fetch()
@@ -258,7 +251,7 @@ def test_the_chat_pages_fit_every_screen_and_a_phone_keeps_the_composer_at_the_b
     conversation_id = start_chat(alice, bot_id)
     text = "A long first line that titles the conversation and goes on and on " * 3 + "\n" + "word " * 1500
     assert alice.post(f"/api/conversations/{conversation_id}/turns", json={"text": text}).status_code == 202
-    page = _open(browsers, chat_hub, "/bots")
+    page = open_as(browsers, chat_hub, "/bots")
     for path in ("/bots", "/bots?archived=1", "/chats", "/chats?archived=1", f"/chats/{conversation_id}"):
         page.goto(f"{chat_hub.url}{path}")
         assert_fits_everywhere(page)
@@ -284,7 +277,7 @@ def test_a_long_conversation_links_to_its_older_messages(
         sent = alice.post(turns, json={"text": f"message {n}"})
         assert sent.status_code == 202, sent.text
         assert alice.post(f"{turns}/{sent.json()['turn']['id']}/stop").status_code == 202
-    page = _open(browsers, chat_hub, f"/chats/{conversation_id}")
+    page = open_as(browsers, chat_hub, f"/chats/{conversation_id}")
     articles = page.get_by_role("log", name="Messages").get_by_role("article")
     expect(articles).to_have_count(50)
     expect(articles.first.locator(".body")).to_have_text("message 3")
@@ -364,7 +357,7 @@ def test_the_chat_list_links_to_older_conversations(
     _register_offline_node(chat_hub)
     bot_id = make_bot(alice, "Writer", profile="work")
     made = {f"/chats/{start_chat(alice, bot_id)}" for _ in range(51)}  # one more than a page
-    page = _open(browsers, chat_hub, "/chats")
+    page = open_as(browsers, chat_hub, "/chats")
     links = page.locator("table.list tbody tr a")
     expect(links).to_have_count(50)
     newest = {links.nth(i).get_attribute("href") for i in range(50)}

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import expect
 
 from talaria.teams.round import USER, Round
 from talaria.testing.hub_server import HubServer
+from tests.browser.chat_support import open_as
 from tests.browser.conftest import DESKTOP, PHONE, Browsers, screenshot_dir, sign_in
 from tests.conftest import login
 from tests.hermes.chat_support import make_bot, start_chat
@@ -74,13 +75,6 @@ def goal(chat_hub: HubServer) -> Iterator[Goal]:
         alice.close()
 
 
-def _open(browsers: Browsers, hub: HubServer, path: str, user: str = "alice", **options: object) -> Page:
-    page = browsers.context(**options).page()
-    sign_in(page, hub, user)
-    page.goto(f"{hub.url}{path}")
-    return page
-
-
 def test_the_team_checkbox_is_disabled_and_described_without_the_account_s_permission(
     chat_hub: HubServer, browsers: Browsers
 ) -> None:
@@ -90,7 +84,7 @@ def test_the_team_checkbox_is_disabled_and_described_without_the_account_s_permi
     alice = login(chat_hub, "alice")
     make_bot(alice, "Helper")
     alice.close()
-    page = _open(browsers, chat_hub, "/bots")
+    page = open_as(browsers, chat_hub, "/bots")
     box = page.get_by_role("checkbox", name="Allow team management for Helper")
     expect(box).to_be_disabled()
     expect(box).to_have_accessible_description("Not effective: your account may not manage team bots.")
@@ -104,7 +98,7 @@ def test_the_team_checkbox_saves_at_once(chat_hub: HubServer, browsers: Browsers
     alice = login(chat_hub, "alice")
     try:
         helper = make_bot(alice, "Helper")
-        page = _open(browsers, chat_hub, "/bots")
+        page = open_as(browsers, chat_hub, "/bots")
         box = page.get_by_role("checkbox", name="Allow team management for Helper")
         expect(box).to_be_enabled()
         box.check()
@@ -164,7 +158,7 @@ def test_teams_lead_to_a_goal_s_progress_and_a_stale_criteria_save_keeps_the_dra
 
 
 def test_stop_goal_asks_first_then_the_report_back_links_the_goal(goal: Goal, browsers: Browsers) -> None:
-    page = _open(browsers, goal.hub, f"/goals/{goal.goal_id}")
+    page = open_as(browsers, goal.hub, f"/goals/{goal.goal_id}")
     asked: list[str] = []
     page.on("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
     page.get_by_role("button", name="Stop goal").click()

@@ -6,8 +6,10 @@ conversation with it. Every scenario ends with ``talaria audit verify``. Tool na
 from __future__ import annotations
 
 import json
+import os
 import re
-import sqlite3
+import signal
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +19,7 @@ import pytest
 
 from talaria.testing.model_server import (
     LoggedRequest,
+    ModelServer,
     Rule,
     Step,
     ToolSelector,
@@ -25,12 +28,15 @@ from talaria.testing.model_server import (
     from_result,
     gated,
     reply,
+    slow,
     tool_call,
     when,
 )
-from tests.conftest import login
+from talaria.testing.real_hermes import RealHermes
+from tests.conftest import db_rows, login
 from tests.hermes.chat_support import audit_verifies, make_bot, messages, send, start_chat, wait_turn
 from tests.hermes.conftest import Node
+from tests.hermes.site_support import Site, stored_reply
 from tests.hermes.team_support import TEAM, offered_team_tools, tool_results
 from tests.integration.runner_support import wait_until
 
@@ -82,12 +88,7 @@ class Team:
     conversation_id: str
 
     def rows(self, sql: str) -> list[dict[str, Any]]:
-        conn = sqlite3.connect(self.node.server.settings.sqlite_path)
-        conn.row_factory = sqlite3.Row
-        try:
-            return [dict(row) for row in conn.execute(sql).fetchall()]
-        finally:
-            conn.close()
+        return db_rows(self.node.server.settings.sqlite_path, sql)
 
     def say(self, text: str, conversation_id: str | None = None) -> dict[str, Any]:
         where = conversation_id or self.conversation_id
@@ -341,3 +342,48 @@ def test_s10_stopping_a_goal_while_its_member_runs_cancels_the_job_and_posts_was
         assert team.rows("SELECT COUNT(*) AS n FROM chat_turn WHERE trigger = 'automatic'") == [{"n": 0}]
     finally:
         model.release("member")
+
+
+def test_s6_the_hub_killed_mid_member_run_restarts_and_the_goal_goes_on_without_a_second_dispatch(
+    site: Site, hermes: RealHermes, model: ModelServer
+) -> None:
+    granted = site.root.patch("/api/admin/accounts/alice", json={"canManageTeam": True})
+    assert granted.status_code == 200, granted.text
+    alice = site.sign_in("alice")  # the change ended her sessions
+    lead = make_bot(alice, "Lead")
+    assert alice.patch(f"/api/bots/{lead}", json={"teamPermission": True}).status_code == 200
+    conversation_id = start_chat(alice, lead)
+    model.script(build_it(), when(None, slow("draft done: mw-1 is written", first_byte_delay_s=1.0,
+                                             chunk_delay_s=0.3), pattern=ASSIGNMENT), review_and_finish())  # fmt: skip
+    sent = send(alice, conversation_id, "build it")
+    assert wait_turn(alice, conversation_id, sent.json()["turn"]["id"], timeout=120)["state"] == "completed"
+    model.wait_for(lambda log: model.turn_starts("[talaria-assignment]") == 1, timeout=120)
+    os.kill(site.hub.proc.pid, signal.SIGSTOP)  # mid member stream
+    rows = _site_rows(site, "SELECT id, run_id FROM hermes_job")
+    assert len(rows) == 1
+    marker = f"[talaria-run:{rows[0]['run_id']}:{rows[0]['id']}]"
+    deadline = time.monotonic() + 60
+    while stored_reply(hermes, marker, "work") is None:
+        assert time.monotonic() < deadline, "Hermes never stored the member's reply"
+        time.sleep(0.2)
+    site.kill_hub()
+    site.restart_hub()
+    site.runner.wait_for("runner connected", count=2, timeout=60)
+    alice = site.sign_in("alice")
+    wait_until(lambda: _site_rows(site, "SELECT status FROM goal")[0]["status"] == "complete",
+               what="the goal to complete after the restart", timeout=180)  # fmt: skip
+    wait_until(lambda: len([m for m in messages(alice, conversation_id) if m["role"] == "system"]) == 2,
+               what="the terminal message", timeout=60)  # fmt: skip
+    [job] = _site_rows(site, "SELECT state, attempt FROM hermes_job")
+    assert job == {"state": "SUCCEEDED", "attempt": 2}  # the second attempt took the reply from Hermes' history
+    assert _site_rows(site, "SELECT attempt FROM assignment") == [{"attempt": 1}]
+    assert len(_site_rows(site, "SELECT id FROM task")) == 1
+    assert model.turn_starts("[talaria-assignment]") == 1  # the member's prompt reached the model once
+    system = [m["content"].split("\n")[0] for m in messages(alice, conversation_id) if m["role"] == "system"]
+    assert system == ['Goal "Report" of team "Crew" has results awaiting review.',
+                      'Goal "Report" of team "Crew" is complete.']  # fmt: skip
+    assert audit_verifies(site.data)
+
+
+def _site_rows(site: Site, sql: str) -> list[dict[str, Any]]:
+    return db_rows(site.data / "talaria.sqlite3", sql)

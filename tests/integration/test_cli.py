@@ -631,6 +631,9 @@ def test_demo_runs_to_completion_on_real_hermes(tmp_path: Path) -> None:
     assert "    I am Helper, running in this node's Hermes." in result.stdout  # the streamed chat reply
     assert "    Continue this chat in your browser; I will remember it." in result.stdout
     assert re.search(r"continue alice's chat at http://127\.0\.0\.1:\d+/chats/cnv_\w+", result.stdout)
+    assert "    Writer is drafting the launch note; I will report back here." in result.stdout  # the team goal
+    assert "approved by Lead's team permission; goal complete" in result.stdout
+    assert 'Talaria in alice\'s chat: Goal "Launch note" of team "Launch crew" is complete.' in result.stdout
     assert "audit chain OK" in result.stdout
     left = [p.name for p in tmp_path.iterdir() if p.name.startswith("talaria-demo-")]
     assert left == [], "the demo's data directory (passwords, secret.key, a runner token) is removed at the end"
@@ -648,3 +651,4 @@ def test_demo_falls_back_to_the_fixture_and_says_so(tmp_path: Path) -> None:
     assert "real Hermes is not available" in result.stdout and "make hermes" in result.stdout
     assert "Hermes here is Talaria's Hermes protocol fixture" in result.stdout
     assert "turn complete" in result.stdout and "audit chain OK" in result.stdout
+    assert "the team goal needs a real Hermes (a model that calls the tools): skipped" in result.stdout

@@ -7,7 +7,6 @@ claims it."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from talaria.settings import Settings
 from talaria.store import migrations
 from talaria.store.interface import Tx
 from talaria.store.sqlite import SQLiteStore
+from tests.conftest import db_rows
 
 TENANT = "default"
 RUNTIME = Actor("worker-a", frozenset({"runtime"}), "trusted_proxy", TENANT)
@@ -43,12 +43,7 @@ class Site:
     signalled: list[tuple[str, str]]
 
     def rows(self, sql: str) -> list[dict[str, Any]]:
-        conn = sqlite3.connect(self.path)
-        conn.row_factory = sqlite3.Row
-        try:
-            return [dict(row) for row in conn.execute(sql).fetchall()]
-        finally:
-            conn.close()
+        return db_rows(self.path, sql)
 
     def dispatch(self, verify: Any = lambda tx: None) -> Job:
         signals: Signals = []

@@ -18,7 +18,7 @@ import pytest
 from talaria.clock import SystemClock
 from talaria.teams.round import USER, Round
 from talaria.testing.hub_server import HubServer
-from tests.conftest import add_account, login
+from tests.conftest import add_account, db_rows, login
 from tests.hermes.chat_support import make_bot, start_chat
 from tests.integration.runner_support import wait_until
 
@@ -35,12 +35,7 @@ class Site:
     goal_id: str
 
     def rows(self, sql: str) -> list[dict[str, Any]]:
-        conn = sqlite3.connect(self.server.settings.sqlite_path)
-        conn.row_factory = sqlite3.Row
-        try:
-            return [dict(row) for row in conn.execute(sql).fetchall()]
-        finally:
-            conn.close()
+        return db_rows(self.server.settings.sqlite_path, sql)
 
     def snapshot(self) -> tuple[Any, ...]:
         conn = sqlite3.connect(self.server.settings.sqlite_path)

@@ -10,7 +10,6 @@ assignment's job and posts "was stopped." with no wake. The real-Hermes scenario
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ import pytest
 from talaria.clock import SystemClock
 from talaria.testing.hermes_fixture import HermesFixture
 from talaria.testing.hub_server import HubServer
-from tests.conftest import add_account, login
+from tests.conftest import add_account, db_rows, login
 from tests.hermes.chat_support import make_bot, messages, send, start_chat, wait_turn
 from tests.integration.runner_support import RunnerProcess, register_node, wait_until
 
@@ -38,12 +37,7 @@ class Team:
     conversation_id: str
 
     def rows(self, sql: str) -> list[dict[str, Any]]:
-        conn = sqlite3.connect(self.server.settings.sqlite_path)
-        conn.row_factory = sqlite3.Row
-        try:
-            return [dict(row) for row in conn.execute(sql).fetchall()]
-        finally:
-            conn.close()
+        return db_rows(self.server.settings.sqlite_path, sql)
 
     def tools(self, turn_text: str) -> Callable[..., Any]:
         """A caller of the team tools bound for the turn whose prompt holds ``turn_text``."""

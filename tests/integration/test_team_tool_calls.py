@@ -6,7 +6,6 @@ no table. The model and Hermes side of the same calls is tests/hermes/test_team_
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,6 +25,7 @@ from talaria.store.sqlite import SQLiteStore
 from talaria.teams import catalog, permission, reads, writes
 from talaria.teams.calls import TeamToolCalls
 from talaria.teams.round import AUTOMATIC, USER, Round
+from tests.conftest import db_rows
 
 pytestmark = pytest.mark.usefixtures("fast_argon2")
 PASSWORD = "correct horse battery staple"
@@ -83,12 +83,7 @@ class Site:
         return refusal.value
 
     def rows(self, sql: str) -> list[dict[str, Any]]:
-        conn = sqlite3.connect(self.path)
-        conn.row_factory = sqlite3.Row
-        try:
-            return [dict(row) for row in conn.execute(sql).fetchall()]
-        finally:
-            conn.close()
+        return db_rows(self.path, sql)
 
     def snapshot(self) -> dict[str, list[dict[str, Any]]]:
         return {table: self.rows(f"SELECT * FROM {table} ORDER BY rowid") for table in TABLES}

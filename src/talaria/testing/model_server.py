@@ -569,6 +569,43 @@ def demo_chat_rules() -> list[Rule]:
     ]  # fmt: skip
 
 
+def demo_team_rules() -> list[Rule]:
+    """The demo's team goal (team-tools.md 13's S1 in small): the coordinator forms a team and assigns a draft, the
+    member writes it, the review wake accepts it and finishes the goal."""
+
+    def team(name: str) -> ToolSelector:
+        return ToolSelector("team_", f"talaria_{name}:")
+
+    return [
+        when(None,
+             tool_call(team("create_bot"), {"requestId": "demo-1", "name": "Writer",
+                                            "instructions": "Write short, plain text."}),
+             tool_call(team("create_team"), {"requestId": "demo-2", "name": "Launch crew",
+                                             "memberIds": [from_result(0, "/bot/id")]}),
+             tool_call(team("start_goal"), {"requestId": "demo-3", "teamId": from_result(1, "/team/id"),
+                                            "title": "Launch note",
+                                            "objective": "A three-line note announcing the node.",
+                                            "acceptanceCriteria": ["Three lines, plain text."]}),
+             tool_call(team("assign"), {"requestId": "demo-4", "goalId": from_result(2, "/goal/id"),
+                                        "botId": from_result(0, "/bot/id"), "title": "Draft",
+                                        "brief": "Write three lines announcing the node."}),
+             slow("Writer is drafting the launch note; I will report back here.", chunk_delay_s=0.03),
+             pattern=r"^Write the launch note"),
+        when(None, reply("The node is up.\nHermes runs where it belongs.\nTalaria keeps the receipts."),
+             pattern=r"(?m)^\[talaria-assignment\]"),
+        when(None,
+             tool_call(team("review_assignment"), {"requestId": "demo-5", "decision": "accept", "note": "Good.",
+                                                   "assignmentId": from_prompt(r"assignment (asg_\S+) review")}),
+             tool_call(team("finish_goal"), {"requestId": "demo-6", "goalId": from_prompt(r"goalId: (\S+)"),
+                                             "status": "complete", "acceptanceRevision": 1,
+                                             "result": "The launch note is written: three plain lines.",
+                                             "checks": [{"criterion": 0, "passed": True,
+                                                         "evidence": "Writer's draft has three plain lines."}]}),
+             reply("The launch note is ready: Writer wrote it and I checked it."),
+             pattern=r"(?m)^\[talaria-goal-review\]"),
+    ]  # fmt: skip
+
+
 def _tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
@@ -589,13 +626,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     demo = ("add the demo's rules: a prompt with 'whoami' calls the talaria_whoami team tool and replies with what it "
-            "answered; the demo chat's two replies")  # fmt: skip
+            "answered; the demo chat's two replies; the demo's team goal")  # fmt: skip
     parser.add_argument("--demo", action="store_true", help=demo)
     args = parser.parse_args(argv)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    rules = [demo_rule(), *demo_chat_rules()] if args.demo else []
+    rules = [demo_rule(), *demo_chat_rules(), *demo_team_rules()] if args.demo else []
     with ModelServer(rules, host=args.host, port=args.port) as server:
         print(f"model server ready: http://{args.host}:{server.port}/v1", flush=True)
         stop.wait()

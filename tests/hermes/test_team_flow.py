@@ -12,6 +12,7 @@ import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -36,9 +37,9 @@ from talaria.testing.real_hermes import RealHermes
 from tests.conftest import db_rows, login
 from tests.hermes.chat_support import audit_verifies, make_bot, messages, send, start_chat, wait_turn
 from tests.hermes.conftest import Node
-from tests.hermes.site_support import Site, stored_reply
+from tests.hermes.site_support import Site, stored_reply, with_token_file
 from tests.hermes.team_support import TEAM, offered_team_tools, tool_results
-from tests.integration.runner_support import wait_until
+from tests.integration.runner_support import RunnerProcess, wait_until
 
 ASSIGNMENT = r"(?m)^\[talaria-assignment\]"
 REVIEW = r"(?m)^\[talaria-goal-review\]"
@@ -387,3 +388,83 @@ def test_s6_the_hub_killed_mid_member_run_restarts_and_the_goal_goes_on_without_
 
 def _site_rows(site: Site, sql: str) -> list[dict[str, Any]]:
     return db_rows(site.data / "talaria.sqlite3", sql)
+
+
+def _team_site(site: Site, allowed: dict[str, list[str]] | None = None) -> tuple[httpx.Client, str, str]:
+    """alice with ``canManageTeam`` (and ``allowed`` profiles), her bot Lead with team permission, a chat with it."""
+    body: dict[str, Any] = {"canManageTeam": True} | ({"allowedProfiles": allowed} if allowed else {})
+    granted = site.root.patch("/api/admin/accounts/alice", json=body)
+    assert granted.status_code == 200, granted.text
+    alice = site.sign_in("alice")  # the change ended her sessions
+    lead = make_bot(alice, "Lead")
+    assert alice.patch(f"/api/bots/{lead}", json={"teamPermission": True}).status_code == 200
+    return alice, lead, start_chat(alice, lead)
+
+
+def test_s2_a_request_id_is_replayed_after_a_hub_restart(site: Site, model: ModelServer) -> None:
+    alice, _, conversation_id = _team_site(site)
+    call = tool("create_bot", {"requestId": "R1", "name": "Writer", "profile": "work"})
+    model.script(when(None, call, reply("made"), pattern=r"^make writer"))
+    first = send(alice, conversation_id, "make writer")
+    assert wait_turn(alice, conversation_id, first.json()["turn"]["id"], timeout=120)["state"] == "completed"
+    site.kill_hub()
+    site.restart_hub()
+    site.runner.wait_for("runner connected", count=2, timeout=60)
+    alice = site.sign_in("alice")
+    again = send(alice, conversation_id, "make writer again")
+    assert wait_turn(alice, conversation_id, again.json()["turn"]["id"], timeout=120)["state"] == "completed"
+    answers = [turn_results(r)[-1] for r in model.chat_requests() if r.tools and turn_results(r)
+               and re.search(r"^make writer", _last_user_text(r) or "")]  # fmt: skip
+    assert answers[0] == answers[-1] and json.loads(answers[-1])["bot"]["name"] == "Writer"  # the stored bytes
+    assert [r["name"] for r in _site_rows(site, "SELECT name FROM bot ORDER BY created_at")] == ["Lead", "Writer"]
+    assert audit_verifies(site.data)
+
+
+def test_s7_a_member_on_a_node_that_is_down_runs_once_it_is_back_after_a_hub_restart(
+    site: Site, model: ModelServer, tmp_path: Path
+) -> None:
+    alice, _, conversation_id = _team_site(site, {"local": ["default", "work"], "lab": ["default"]})
+    with RealHermes(tmp_path / "hermes-lab", model.base_url) as lab_hermes:
+        registered = site.root.post("/api/admin/runners", json={
+            "name": "lab node", "source": "lab", "allowedProfiles": ["default"], "hermesURL": lab_hermes.url,
+            "serverURL": site.url})  # fmt: skip
+        assert registered.status_code == 201, registered.text
+        (tmp_path / "lab").mkdir()
+        lab_config = with_token_file(tmp_path / "lab" / "runner.json", lab_hermes, registered.json()["config"])
+        model.script(
+            when(None,
+                 tool("create_bot", {"requestId": "R1", "name": "Writer", "source": "lab", "profile": "default"}),
+                 tool("create_team", {"requestId": "R2", "name": "Crew", "memberIds": [from_result(0, "/bot/id")]}),
+                 tool("start_goal", {"requestId": "R3", "teamId": from_result(1, "/team/id"), "title": "Report",
+                                     "objective": "write the report"}),
+                 tool("assign", {"requestId": "R4", "goalId": from_result(2, "/goal/id"),
+                                 "botId": from_result(0, "/bot/id"), "title": "Draft", "brief": "mw-7 draft"}),
+                 reply("started"), pattern=r"^build it"),
+            when(None, reply("draft done on lab"), pattern=ASSIGNMENT),
+            review_and_finish(),
+        )  # fmt: skip
+        sent = send(alice, conversation_id, "build it")
+        assert wait_turn(alice, conversation_id, sent.json()["turn"]["id"], timeout=120)["state"] == "completed"
+        wait_until(lambda: _site_rows(site, "SELECT status FROM assignment")[0]["status"] == "running",
+                   what="the dispatch", timeout=60)  # fmt: skip
+        assert _site_rows(site, "SELECT state FROM hermes_job") == [{"state": "QUEUED"}]  # no lab runner yet
+        site.kill_hub()
+        site.restart_hub()
+        site.runner.wait_for("runner connected", count=2, timeout=60)
+        lab_runner = RunnerProcess(lab_config, tmp_path / "logs", name="lab-runner")
+        try:
+            lab_runner.wait_for("runner connected", timeout=60)
+            alice = site.sign_in("alice")
+            wait_until(lambda: _site_rows(site, "SELECT status FROM goal")[0]["status"] == "complete",
+                       what="the goal to complete", timeout=180)  # fmt: skip
+        finally:
+            lab_runner.stop()
+            lab_runner.close()
+    assert len(_site_rows(site, "SELECT id FROM task")) == 1
+    assert _site_rows(site, "SELECT attempt FROM assignment") == [{"attempt": 1}]
+    assert model.turn_starts("[talaria-assignment]") == 1
+    [job] = _site_rows(site, "SELECT cell, state FROM hermes_job")
+    assert job == {"cell": "lab", "state": "SUCCEEDED"}
+    system = [m["content"].split("\n")[0] for m in messages(alice, conversation_id) if m["role"] == "system"]
+    assert system[-1] == 'Goal "Report" of team "Crew" is complete.'
+    assert audit_verifies(site.data)

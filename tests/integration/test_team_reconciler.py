@@ -22,7 +22,7 @@ from talaria.clock import SystemClock
 from talaria.testing.hermes_fixture import HermesFixture
 from talaria.testing.hub_server import HubServer
 from tests.conftest import add_account, db_rows, login
-from tests.hermes.chat_support import make_bot, messages, send, start_chat, wait_turn
+from tests.hermes.chat_support import Stream, make_bot, messages, send, start_chat, wait_turn
 from tests.integration.runner_support import RunnerProcess, register_node, wait_until
 
 HOLD = 1.0  # seconds before each reply delta while a test drives a turn's tools (then 0: the turn ends at once)
@@ -112,6 +112,7 @@ def _form_and_assign(team: Team) -> tuple[str, str, str]:
 
 def test_a_goal_runs_its_assignment_as_a_job_reviews_finishes_and_reports_back(team: Team) -> None:
     team.hermes.knobs.delta_delay = 0
+    stream = Stream(team.alice, team.conversation_id)
     user_turn, goal_id, assignment_id = _form_and_assign(team)
     wait_until(lambda: team.goal(goal_id)["status"] == "review", what="the goal to enter review", timeout=30)
     [assignment] = team.rows(f"SELECT * FROM assignment WHERE id = '{assignment_id}'")
@@ -156,6 +157,22 @@ def test_a_goal_runs_its_assignment_as_a_job_reviews_finishes_and_reports_back(t
     turns = team.rows(f"SELECT trigger, trigger_message_id FROM chat_turn WHERE id <> '{user_turn}'")
     assert turns == [{"trigger": "automatic", "trigger_message_id": system[0]["id"]}]
     assert team.goal(goal_id)["automatic_wakes"] == 1
+    # the stream, in commit order: each status change as team.goal, each report-back message, the wake's start
+    stream.wait_for(lambda events: any(k == "team.goal" and d["status"] == "complete" for _, k, d in events))
+    stream.close()
+    shown_goal = [(d["status"], d["counts"]) for _, k, d in stream.events if k == "team.goal"]
+    assert shown_goal[:2] == [("running", {}), ("running", {"pending": 1})]  # started, then assigned
+    assert shown_goal[-1] == ("complete", {"complete": 1})
+    assert ("review", {"review": 1}) in shown_goal and all(d["goalId"] == goal_id for _, k, d in stream.events
+                                                           if k == "team.goal")  # fmt: skip
+
+    def ours(kind: str, data: dict[str, Any]) -> bool:  # the report-back's messages and the wake's start
+        if kind == "turn.started":
+            return bool(data["turn"]["trigger"] == "automatic")
+        return kind == "message.complete" and data["message"]["role"] == "system"
+
+    kinds = [k for _, k, d in stream.events if ours(k, d)]
+    assert kinds == ["message.complete", "turn.started", "message.complete"]
 
 
 def test_stopping_a_goal_cancels_its_running_job_and_posts_was_stopped_without_a_wake(team: Team) -> None:

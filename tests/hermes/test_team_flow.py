@@ -197,21 +197,33 @@ def test_s1_one_user_turn_forms_a_team_and_runs_the_goal_to_its_report(team: Tea
     _successful_results_say_no_failure(team)
 
 
-def test_s3_forged_fields_are_invalid_request_and_whoami_names_alice_lead_and_this_turn(team: Team) -> None:
+def test_s3_bad_and_forged_arguments_are_refused_in_hermes_and_whoami_names_alice_lead_and_this_turn(
+    team: Team,
+) -> None:
+    bob = login(team.node.server, "bob")
+    theirs = make_bot(bob, "Theirs")
+    bob.close()
     model = team.node.model
     model.script(when(None,
         tool("create_bot", {"requestId": "R1", "name": "Ghost", "teamPermission": True}),
         tool("create_bot", {"requestId": "R2", "name": "Ghost", "owner": "bob"}),
+        tool("create_team", {"requestId": "R3", "name": "Crew", "memberIds": "not a list"}),
+        tool("create_bot", {"requestId": "R4", "name": "x" * 101}),
+        tool("create_team", {"requestId": "R5", "name": "Crew", "memberIds": [theirs]}),
         tool("whoami", {"account": "mallory", "botId": "bot_x", "turnId": "trn_x"}),
         reply("checked"), pattern=r"^forge"))  # fmt: skip
+    before = team.rows("SELECT COUNT(*) AS n FROM team"), team.rows("SELECT COUNT(*) AS n FROM bot")
     turn = team.say("forge it")
     assert turn["state"] == "completed"
     results = turn_results(team.requests_after(r"^forge")[-1])
-    assert [json.loads(r)["code"] for r in results[:2]] == ["invalid_request", "invalid_request"]
-    assert "teamPermission" in json.loads(results[0])["error"] and "owner" in json.loads(results[1])["error"]
-    identity = json.loads(results[2])
+    # Hermes appends a loop warning to a tool's third failure in a turn: the hub's answer is the first paragraph
+    refusals = [json.loads(r.split("\n\n")[0]) for r in results[:5]]
+    assert [r["code"] for r in refusals] == ["invalid_request"] * 4 + ["not_found"]
+    named = [r["error"].split(":")[0] for r in refusals[:4]]
+    assert named == ["teamPermission", "owner", "memberIds", "name"]  # the first key at fault
+    identity = json.loads(results[5])
     assert (identity["account"], identity["botId"], identity["turnId"]) == ("alice", team.lead, turn["id"])
-    assert team.rows("SELECT name FROM bot WHERE name = 'Ghost'") == []
+    assert (team.rows("SELECT COUNT(*) AS n FROM team"), team.rows("SELECT COUNT(*) AS n FROM bot")) == before
 
 
 def test_s8_a_review_wake_cannot_start_or_resume_a_goal(team: Team) -> None:

@@ -55,7 +55,16 @@ def test_create_task_answers_201_with_a_draft(web: Web, clock: ManualClock) -> N
     assert task["revision"] == 1
     assert task["createdBy"] == "uma"
     assert task["createdAt"] == clock.now_ms()
-    for key in ("submittedAt", "approvedBy", "approvedAt", "rejectedBy", "rejectedAt", "rejectionReason"):
+    for key in (
+        "submittedAt",
+        "approvedBy",
+        "approvedAt",
+        "rejectedBy",
+        "rejectedAt",
+        "rejectionReason",
+        "team",
+        "approval",
+    ):
         assert task[key] is None, key
     assert task["finishedAt"] is None
     assert task["jobId"] is None

@@ -35,6 +35,8 @@ TASK_KEYS = {
     "tenant",
     "title",
     "prompt",
+    "team",  # an assignment's attempt, null otherwise (team-tools.md 11)
+    "approval",  # its approval by policy, null otherwise
     "cell",
     "profile",
     "state",

@@ -286,8 +286,9 @@ class Dispatcher:
         except JobFailed as failed:
             await self._fail(lease, failed.code, failed.message)
         except Release as release:
-            await self._release(lease, release)
+            # held first: the job given back must not be taken straight back onto this node while its Hermes is away
             self.holds.hold(record.id, author)
+            await self._release(lease, release)
         except TalariaError as exc:
             # nothing submitted: definitely not run; submitted: it may have run (recovery never resubmits)
             code = UNCERTAIN if await self._submitted(lease) else NOT_ADMITTED

@@ -6,6 +6,7 @@ nothing then. The goals are made through the hub's own tool frame, as a round of
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -187,3 +188,22 @@ def test_an_admin_may_stop_another_s_goal(site: Site) -> None:
 def test_a_status_filter_outside_the_goal_states_is_invalid_request(site: Site) -> None:
     refused = site.alice.get("/api/goals", params={"status": "done"})
     assert (refused.status_code, refused.json()["code"]) == (400, "invalid_request")
+
+
+def test_the_audit_log_filters_by_team_and_goal_for_whom_may_see_them(site: Site) -> None:
+    events = site.alice.get("/api/audit", params={"goal": site.goal_id}).json()["events"]
+    assert events and all(e["team"]["goalId"] == site.goal_id for e in events)
+    assert "team.goal.started" in {e["type"] for e in events}
+    by_team = site.alice.get("/api/audit", params={"team": site.team_id}).json()["events"]
+    assert {"team.team.created", "team.goal.started"} <= {e["type"] for e in by_team}
+    assert all(e["team"]["teamId"] == site.team_id for e in by_team)
+    for params in ({"goal": site.goal_id}, {"team": site.team_id}):
+        refused = site.bob.get("/api/audit", params=params)
+        assert (refused.status_code, refused.json()["code"]) == (404, "not_found")
+        assert site.root.get("/api/audit", params=params).status_code == 200
+
+
+def test_tool_calls_are_counted_by_tool_and_outcome(site: Site) -> None:
+    metrics = site.server.client().get("/metrics").text
+    applied = re.search(r'talaria_team_tool_calls_total\{outcome="applied",tool="talaria_create_team"\} (\S+)', metrics)
+    assert applied is not None and float(applied.group(1)) == 2.0  # alice's and bob's teams

@@ -227,11 +227,14 @@ class ReadEntries(Context):
         limit: int,
         conversation_id: str | None = None,
         bot_id: str | None = None,
+        team_id: str | None = None,
+        goal_id: str | None = None,
     ) -> list[AuditEntry]:
-        """A page of a tenant's audit events (optionally of one task, job, conversation or bot), newest first."""
+        """A page of a tenant's audit events (optionally of one task, job, conversation, bot, team or goal), newest
+        first."""
         with self.store.read() as tx:
             rows = tx.all(
                 "audit_list", tenant=tenant, task_id=task_id, job_id=job_id, conversation_id=conversation_id,
-                bot_id=bot_id, before_seq=before_seq, limit=limit,
+                bot_id=bot_id, team_id=team_id, goal_id=goal_id, before_seq=before_seq, limit=limit,
             )  # fmt: skip
         return [AuditEntry.from_row(row) for row in rows]

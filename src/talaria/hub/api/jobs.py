@@ -115,14 +115,18 @@ async def list_audit(
     job: str | None = None,
     bot: str | None = None,
     conversation: str | None = None,
+    team: str | None = None,
+    goal: str | None = None,
     limit: LimitQuery = None,
     cursor: CursorQuery = None,
 ) -> dict[str, Any]:
-    """Admins see the tenant's events; a user sees the events of one task, job, bot or conversation of their own."""
-    if not user.is_admin and task is None and job is None and bot is None and conversation is None:
+    """Admins see the tenant's events; a user sees the events of one task, job, bot, conversation, team or goal of
+    their own."""
+    if not user.is_admin and all(f is None for f in (task, job, bot, conversation, team, goal)):
         raise TalariaError(
             "admin_required",
-            "name one of your tasks (task=), jobs (job=), bots (bot=) or conversations (conversation=)",
+            "name one of your tasks (task=), jobs (job=), bots (bot=), conversations (conversation=), teams (team=) "
+            "or goals (goal=)",
         )
     if task is not None and not user.is_admin:
         await run_in_threadpool(visible_task, hub, user, task)
@@ -132,12 +136,17 @@ async def list_audit(
         await run_in_threadpool(visible_bot_events, hub, user, bot)
     if conversation is not None:
         await run_in_threadpool(visible_conversation_events, hub, user, conversation)
+    if team is not None:  # team-tools.md 11: the owner's, or any of the tenant's for an admin; else 404
+        await run_in_threadpool(hub.team_people.team, user.account, team)
+    if goal is not None:
+        await run_in_threadpool(hub.team_people.goal, user.account, goal)
     size = page_limit(limit)
     after = decode_cursor(cursor, (int,))
 
     def read() -> list[AuditEntry]:
         return hub.engine.list_audit(
-            user.account.tenant, task_id=task, job_id=job, bot_id=bot, conversation_id=conversation,
+            user.account.tenant, task_id=task, job_id=job, bot_id=bot, conversation_id=conversation, team_id=team,
+            goal_id=goal,
             before_seq=after[0] if after else None,
             limit=size + 1,
         )  # fmt: skip

@@ -20,7 +20,8 @@ VALUES (:seq, :event_id, :occurred_at, :type, :tenant, :task_id, :dispatch_id, :
 SELECT * FROM audit_event WHERE seq > :after_seq ORDER BY seq LIMIT :limit
 
 -- name: audit_list
--- Events of a tenant, optionally of one task, job, conversation or bot, newest first, before a seq cursor.
+-- Events of a tenant, optionally of one task, job, conversation, bot, team or goal (the body's team ids,
+-- team-tools.md 11), newest first, before a seq cursor.
 SELECT a.*, e.kind AS evidence_kind, e.content_digest AS evidence_digest
 FROM audit_event a LEFT JOIN execution_evidence e ON e.audit_event_id = a.event_id
 WHERE a.tenant = :tenant
@@ -28,6 +29,8 @@ WHERE a.tenant = :tenant
   AND (:job_id IS NULL OR a.job_id = :job_id)
   AND (:conversation_id IS NULL OR a.conversation_id = :conversation_id)
   AND (:bot_id IS NULL OR a.bot_id = :bot_id)
+  AND (:team_id IS NULL OR json_extract(a.body, '$.team.teamId') = :team_id)
+  AND (:goal_id IS NULL OR json_extract(a.body, '$.team.goalId') = :goal_id)
   AND (:before_seq IS NULL OR a.seq < :before_seq)
 ORDER BY a.seq DESC
 LIMIT :limit

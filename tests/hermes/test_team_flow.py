@@ -10,7 +10,7 @@ import os
 import re
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,13 +83,19 @@ def review_and_finish() -> Rule:
 
 @dataclass
 class Team:
-    node: Node
+    """The setup of team-tools.md 13 on a hub: in this process by default, a ``talaria hub`` process with
+    ``HERMES_TEAM_RUNNER=1``."""
+
+    model: ModelServer
+    data_dir: Path
+    runner_id: str
+    sign_in: Callable[[str], httpx.Client]
     alice: httpx.Client
     lead: str
     conversation_id: str
 
     def rows(self, sql: str) -> list[dict[str, Any]]:
-        return db_rows(self.node.server.settings.sqlite_path, sql)
+        return db_rows(self.data_dir / "talaria.sqlite3", sql)
 
     def say(self, text: str, conversation_id: str | None = None) -> dict[str, Any]:
         where = conversation_id or self.conversation_id
@@ -100,7 +106,7 @@ class Team:
     def requests_after(self, pattern: str) -> list[LoggedRequest]:
         """The model requests whose last user message matches ``pattern`` (its own turn's requests)."""
         found = []
-        for request in self.node.model.chat_requests():
+        for request in self.model.chat_requests():
             prompt = _last_user_text(request)
             if request.tools and prompt is not None and re.search(pattern, prompt):
                 found.append(request)
@@ -130,28 +136,40 @@ def _last_user_text(request: LoggedRequest) -> str | None:
 
 
 @pytest.fixture
-def team(node: Node) -> Iterator[Team]:
-    node.server.hub.accounts.update("alice", "default", {"canManageTeam": True})
-    alice = login(node.server, "alice")
+def team(request: pytest.FixtureRequest, model: ModelServer) -> Iterator[Team]:
+    if os.environ.get("HERMES_TEAM_RUNNER") == "1":  # the hub too a process (team-tools.md 13)
+        site: Site = request.getfixturevalue("site")
+        granted = site.root.patch("/api/admin/accounts/alice", json={"canManageTeam": True})
+        assert granted.status_code == 200, granted.text
+        data_dir, runner_id, sign_in = site.data, site.runner_id, site.sign_in
+    else:
+        node: Node = request.getfixturevalue("node")
+        node.server.hub.accounts.update("alice", "default", {"canManageTeam": True})
+        data_dir, runner_id = node.server.settings.data_dir, node.runner_id
+
+        def sign_in(username: str) -> httpx.Client:
+            return login(node.server, username)
+
+    alice = sign_in("alice")
     try:
         lead = make_bot(alice, "Lead")
         assert alice.patch(f"/api/bots/{lead}", json={"teamPermission": True}).status_code == 200
-        yield Team(node, alice, lead, start_chat(alice, lead))
+        yield Team(model, data_dir, runner_id, sign_in, alice, lead, start_chat(alice, lead))
     finally:
         alice.close()
-    assert audit_verifies(node.server.settings.data_dir)
+    assert audit_verifies(data_dir)
 
 
 def _successful_results_say_no_failure(team: Team) -> None:
     """Hermes 0.19.0 marks a result failed when its first 500 characters say failed or error (6.1)."""
-    for request in team.node.model.chat_requests():
+    for request in team.model.chat_requests():
         for text in tool_results(request):
             if '"code":' not in text[:200]:
                 assert "failed" not in text[:500] and "error" not in text[:500], text[:500]
 
 
 def test_s1_one_user_turn_forms_a_team_and_runs_the_goal_to_its_report(team: Team) -> None:
-    model = team.node.model
+    model = team.model
     model.script(build_it(), when(None, reply("draft done: mw-1 is written"), pattern=ASSIGNMENT), review_and_finish())
     started = team.say("build it")
     assert started["state"] == "completed"
@@ -200,10 +218,10 @@ def test_s1_one_user_turn_forms_a_team_and_runs_the_goal_to_its_report(team: Tea
 def test_s3_bad_and_forged_arguments_are_refused_in_hermes_and_whoami_names_alice_lead_and_this_turn(
     team: Team,
 ) -> None:
-    bob = login(team.node.server, "bob")
+    bob = team.sign_in("bob")
     theirs = make_bot(bob, "Theirs")
     bob.close()
-    model = team.node.model
+    model = team.model
     model.script(when(None,
         tool("create_bot", {"requestId": "R1", "name": "Ghost", "teamPermission": True}),
         tool("create_bot", {"requestId": "R2", "name": "Ghost", "owner": "bob"}),
@@ -227,7 +245,7 @@ def test_s3_bad_and_forged_arguments_are_refused_in_hermes_and_whoami_names_alic
 
 
 def test_s8_a_review_wake_cannot_start_or_resume_a_goal(team: Team) -> None:
-    model = team.node.model
+    model = team.model
     model.script(
         build_it(), when(None, reply("draft done"), pattern=ASSIGNMENT),
         when(None, tool("start_goal", {"requestId": "R7", "teamId": from_prompt(r"teamId: (\S+)"), "title": "Again",
@@ -245,29 +263,38 @@ def test_s8_a_review_wake_cannot_start_or_resume_a_goal(team: Team) -> None:
     assert len(team.rows("SELECT id FROM goal")) == 1
 
 
-def test_s9_a_failed_member_run_is_retried_as_a_second_task_up_to_the_limit(team: Team) -> None:
-    model = team.node.model
-    retry = tool("review_assignment", {"requestId": "R9", "assignmentId": from_prompt(r"assignment (asg_\S+) failed"),
-                                       "decision": "retry", "note": "try again"})  # fmt: skip
+def test_s9_a_failed_member_run_is_retried_as_a_new_task_up_to_the_limit(team: Team) -> None:
+    model = team.model
+
+    def retry(request_id: str, status: str) -> Step:
+        return tool("review_assignment", {"requestId": request_id, "decision": "retry", "note": "try again",
+                                          "assignmentId": from_prompt(rf"assignment (asg_\S+) {status}")})  # fmt: skip
+
     model.script(
         build_it(),
         when(None, fail(500), pattern=ASSIGNMENT),
         when(None, reply("second try worked"), pattern=ASSIGNMENT + r"[\s\S]*attempt: 2"),
-        when(None, retry, reply("retried"), pattern=REVIEW + r"[\s\S]*failed attempt 1/3"),
-        when(None, reply("looked"), pattern=REVIEW + r"[\s\S]*review attempt 2/3"),
+        when(None, reply("third try worked"), pattern=ASSIGNMENT + r"[\s\S]*attempt: 3"),
+        when(None, retry("R9", "failed"), reply("retried"), pattern=REVIEW + r"[\s\S]*failed attempt 1/3"),
+        when(None, retry("R10", "review"), reply("again"), pattern=REVIEW + r"[\s\S]*review attempt 2/3"),
+        when(None, retry("R11", "review"), reply("past the limit"), pattern=REVIEW + r"[\s\S]*review attempt 3/3"),
     )  # fmt: skip
     team.say("build it")
-    wait_until(lambda: [r["attempt"] for r in team.rows("SELECT attempt FROM assignment_run")] == [1, 2],
-               what="the second attempt", timeout=180)  # fmt: skip
-    wait_until(lambda: team.rows("SELECT status FROM assignment")[0]["status"] == "review", what="attempt 2's review",
-               timeout=120)  # fmt: skip
+    wait_until(lambda: [r["attempt"] for r in team.rows("SELECT attempt FROM assignment_run")] == [1, 2, 3],
+               what="the third attempt", timeout=240)  # fmt: skip
+    wait_until(lambda: team.requests_after(REVIEW + r"[\s\S]*review attempt 3/3")
+               and turn_results(team.requests_after(REVIEW + r"[\s\S]*review attempt 3/3")[-1]),
+               what="the retry past the limit", timeout=120)  # fmt: skip
+    [refused] = turn_results(team.requests_after(REVIEW + r"[\s\S]*review attempt 3/3")[-1])
+    assert json.loads(refused.split("\n\n")[0])["code"] == "assignment_retry_limit"
     runs = team.rows("SELECT attempt, outcome, task_id FROM assignment_run ORDER BY attempt")
-    assert [r["outcome"] for r in runs] == ["FAILED", "SUCCEEDED"] and runs[0]["task_id"] != runs[1]["task_id"]
-    assert len(team.rows("SELECT id FROM task")) == 2
+    assert [r["outcome"] for r in runs] == ["FAILED", "SUCCEEDED", "SUCCEEDED"]
+    assert len({r["task_id"] for r in runs}) == 3 and len(team.rows("SELECT id FROM task")) == 3
+    assert team.rows("SELECT status, attempt FROM assignment") == [{"status": "review", "attempt": 3}]
 
 
 def test_s11_no_audit_body_or_evidence_holds_a_free_text_argument(team: Team) -> None:
-    model = team.node.model
+    model = team.model
     model.script(build_it(brief=f"brief {MARK}"), when(None, reply(f"result {MARK}"), pattern=ASSIGNMENT),
                  when(None, reply("noted"), pattern=REVIEW))  # fmt: skip
     team.say("build it")
@@ -275,11 +302,11 @@ def test_s11_no_audit_body_or_evidence_holds_a_free_text_argument(team: Team) ->
     dumped = json.dumps(team.rows("SELECT * FROM audit_event")) + json.dumps(team.rows("SELECT * FROM team_evidence"))
     assert MARK not in dumped
     calls = [json.loads(r["body"]) for r in team.rows("SELECT body FROM audit_event") if '"team_tool"' in r["body"]]
-    assert calls and all(c["team"]["runnerId"] == team.node.runner_id for c in calls)
+    assert calls and all(c["team"]["runnerId"] == team.runner_id for c in calls)
 
 
 def test_s2_a_request_id_reused_for_another_call_is_an_idempotency_conflict_and_changes_nothing(team: Team) -> None:
-    team.node.model.script(
+    team.model.script(
         build_it(), when(None, reply("draft done"), pattern=ASSIGNMENT),
         when(None, tool("create_team", {"requestId": "R2", "name": "Other crew", "memberIds": [team.lead]}),
              reply("reused"), pattern=r"^reuse"),
@@ -293,7 +320,7 @@ def test_s2_a_request_id_reused_for_another_call_is_an_idempotency_conflict_and_
 
 
 def test_s4_permission_revoked_mid_round_refuses_the_next_call_and_creates_nothing(team: Team) -> None:
-    model = team.node.model
+    model = team.model
     held = gated(tool("create_bot", {"requestId": "R7", "name": "Ghost"}), "revoke")
     later = tool("create_bot", {"requestId": "R8", "name": "Ghost2"})
     model.script(when(None, tool("list_bots", {}), held, later, reply("went on"), pattern=r"^revoke"))
@@ -316,7 +343,7 @@ def test_s4_permission_revoked_mid_round_refuses_the_next_call_and_creates_nothi
 
 
 def test_s5_two_administrators_at_once_get_their_own_tools_and_no_cross_talk(team: Team) -> None:
-    model = team.node.model
+    model = team.model
     lead2 = make_bot(team.alice, "Lead2")
     assert team.alice.patch(f"/api/bots/{lead2}", json={"teamPermission": True}).status_code == 200
     other_chat = start_chat(team.alice, lead2)
@@ -339,7 +366,7 @@ def test_s5_two_administrators_at_once_get_their_own_tools_and_no_cross_talk(tea
 
 
 def test_s10_stopping_a_goal_while_its_member_runs_cancels_the_job_and_posts_was_stopped(team: Team) -> None:
-    model = team.node.model
+    model = team.model
     model.script(build_it(), when(None, gated(reply("too late"), "member"), pattern=ASSIGNMENT))
     try:
         team.say("build it")

@@ -204,6 +204,7 @@ def test_the_audit_log_filters_by_team_and_goal_for_whom_may_see_them(site: Site
 
 
 def test_tool_calls_are_counted_by_tool_and_outcome(site: Site) -> None:
-    metrics = site.server.client().get("/metrics").text
+    with site.server.client() as client:
+        metrics = client.get("/metrics").text
     applied = re.search(r'talaria_team_tool_calls_total\{outcome="applied",tool="talaria_create_team"\} (\S+)', metrics)
     assert applied is not None and float(applied.group(1)) == 2.0  # alice's and bob's teams

@@ -236,21 +236,23 @@ class Channels:
             outcome.set_exception(exc)
             if exc.code == "team_tools_forbidden" and not grant.closing:
                 grant.closing = True
-                loop = asyncio.get_running_loop()
-                loop.call_soon(lambda: self._closing.add(loop.create_task(self._close_refused(grant))))
+                asyncio.get_running_loop().call_soon(self._close_soon, grant)
         except Exception as exc:  # a tool bug must not leave duplicates waiting forever
             outcome.set_exception(TalariaError("internal_error", f"the tool failed: {type(exc).__name__}"))
         if not grant.open or not grant.turn_active():
             raise TalariaError("runner_grant_expired", "the turn ended during the call")
         return await outcome
 
+    def _close_soon(self, grant: Grant) -> None:
+        task = asyncio.get_running_loop().create_task(self._close_refused(grant))
+        self._closing.add(task)  # a reference until it is done
+        task.add_done_callback(self._closing.discard)
+
     async def _close_refused(self, grant: Grant) -> None:
         try:
             await self.close_grant(grant)
         except TalariaError as exc:  # the runner went away: its grants died with its connection
             log.info("grant_close_failed", grant=grant.id, code=exc.code)
-        finally:
-            self._closing = {task for task in self._closing if not task.done()}
 
 
 def _of_gateway(command: Command, gateway: Gateway) -> bool:

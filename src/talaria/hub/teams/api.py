@@ -14,6 +14,7 @@ from talaria.hub.api.deps import HubDep, StrictBody, UserDep
 from talaria.hub.api.views import CursorQuery, LimitQuery, decode_cursor, encode_cursor, page_limit
 from talaria.hub.api.websession import WebRoute
 from talaria.hub.openapi import refusals
+from talaria.hub.resources import Hub
 from talaria.limits import MAX_CRITERIA, MAX_CRITERION_CHARS, MAX_REASON_CHARS
 from talaria.teams.people import Page
 
@@ -102,6 +103,6 @@ async def stop_goal(goal_id: str, body: Stop, user: UserDep, hub: HubDep) -> dic
     return {"goal": shown["goal"]}
 
 
-def _after_change(hub: Any, goal_id: str) -> None:
+def _after_change(hub: Hub, goal_id: str) -> None:
     if hub.team_reconciler is not None:
         hub.team_reconciler.applied(goal_id)

@@ -46,7 +46,7 @@ class TeamReconciler:
         engine.add_listener(lambda signal, job_id: self.wake() if signal == "terminal" else None)
         events.listeners.append(lambda kind: self.wake() if kind in TURN_ENDS else None)
 
-    def wake(self, goal_id: str | None = None) -> None:
+    def wake(self) -> None:
         """Run a pass soon (any thread)."""
         loop = self._loop
         if loop is not None and not loop.is_closed():

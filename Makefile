@@ -51,8 +51,10 @@ browser: ## install Debian's chromium for the browser tests when it is missing (
 demo: $(STAMP) $(HERMES_STAMP) ## run the product end to end on the embedded SQLite default (Ctrl-C stops the hub)
 	$(BIN)/talaria demo
 
+# A crashed worker ends the run (--max-worker-restart 0): xdist's loadfile scheduler can hang for ever when it
+# replaces one (pytest-xdist#1323). A hung test fails after pyproject's pytest timeout.
 test: $(STAMP) $(HERMES_STAMP) browser ## run the whole test suite (tests/hermes runs real Hermes from .venv-hermes)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --max-worker-restart 0
 
 lint: $(STAMP) ## ruff (lint + format check) and mypy --strict
 	$(BIN)/ruff check src tests bench

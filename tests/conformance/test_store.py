@@ -350,6 +350,35 @@ def test_ping_and_close(make_store: Callable[..., Any]) -> None:
     store.close()  # idempotent
 
 
+def test_close_during_a_read_on_another_thread_lets_the_read_finish(make_store: Callable[..., Any]) -> None:
+    """A hub's shutdown closes the store while a worker thread may still be reading; with SQLite, closing a
+    connection another thread is reading on crashed the process (seen in CI)."""
+    store = make_store("closing_mid_read")
+    with store.write() as tx:
+        tx.run("tenant_ensure", name="a", now=NOW)
+    inside, closed = threading.Event(), threading.Event()
+    seen: list[object] = []
+
+    def reader() -> None:
+        with store.read() as tx:
+            inside.set()
+            assert closed.wait(10)
+            seen.append(tx.one("tenant_get", name="a"))  # its connection is still open
+        seen.append("ended")
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    assert inside.wait(10)
+    store.close()
+    closed.set()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert seen[0] is not None and seen[1] == "ended"
+    assert store.ping() is False  # a new read after close is refused
+    with pytest.raises(StoreUnavailable), store.read():
+        pass
+
+
 def test_maintain_leaves_a_small_store_alone(store: Any) -> None:
     store.maintain()
     assert store.ping() is True
@@ -631,8 +660,7 @@ def test_sqlite_pragmas_on_every_connection(sqlite_store: SQLiteStore) -> None:
     """SQLite-specific: WAL, synchronous=FULL, busy_timeout and foreign keys (lifecycle.md 9.1)."""
     with sqlite_store.read() as tx:
         tx.one("schema_ping")
-    connections = list(sqlite_store._all)
-    assert sqlite_store._writer in connections
+    connections = [sqlite_store._writer, *sqlite_store._idle]
     assert len(connections) >= 2  # the writer and at least one reader
     for conn in connections:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

@@ -8,7 +8,6 @@ transaction back and answer 503, never a partial effect.
 from __future__ import annotations
 
 import contextlib
-import queue
 import sqlite3
 import sys
 import threading
@@ -83,9 +82,9 @@ class SQLiteStore:
         self._wal_limit = wal_limit_bytes
         self._queries = load("sqlite")
         self._write_lock = threading.Lock()
-        self._readers: queue.LifoQueue[sqlite3.Connection] = queue.LifoQueue()
-        self._all: list[sqlite3.Connection] = []
-        self._all_lock = threading.Lock()
+        # Idle readers; a reader in use is in neither list and is closed when it comes back after close().
+        self._idle: list[sqlite3.Connection] = []
+        self._pool_lock = threading.Lock()
         self._closed = False
         # A test-only seam: called before each named query and before COMMIT of write transactions.
         self.fault_hook: FaultHook | None = None
@@ -110,8 +109,6 @@ class SQLiteStore:
                 conn.execute("PRAGMA fullfsync=ON")
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"cannot open the database {self.path}: {exc}") from exc
-        with self._all_lock:
-            self._all.append(conn)
         return conn
 
     @contextmanager
@@ -150,14 +147,28 @@ class SQLiteStore:
         except sqlite3.Error as exc:  # the connection is unusable; the next BEGIN will say so
             log.error("store_rollback_failed", error=str(exc))
 
+    def _lease(self) -> sqlite3.Connection:
+        with self._pool_lock:
+            if self._closed:
+                raise StoreUnavailable("the store is closed")
+            if self._idle:
+                return self._idle.pop()
+        return self._connect()
+
+    def _give_back(self, conn: sqlite3.Connection) -> None:
+        """A reader comes back to the pool, or is closed here when the store closed while it was in use: closing
+        a connection another thread is reading on crashes the process (sqlite3 is not safe for that)."""
+        self._rollback(conn)
+        with self._pool_lock:
+            if not self._closed:
+                self._idle.append(conn)
+                return
+        with contextlib.suppress(sqlite3.Error):  # closing is best effort
+            conn.close()
+
     @contextmanager
     def read(self) -> Iterator[_SQLiteTx]:
-        if self._closed:
-            raise StoreUnavailable("the store is closed")
-        try:
-            conn = self._readers.get_nowait()
-        except queue.Empty:
-            conn = self._connect()
+        conn = self._lease()
         try:
             conn.execute("BEGIN")
             yield _SQLiteTx(conn, self._queries, None)
@@ -165,8 +176,7 @@ class SQLiteStore:
             log.warning("store_read_failed", error=str(exc))
             raise StoreUnavailable() from exc
         finally:
-            self._rollback(conn)
-            self._readers.put(conn)
+            self._give_back(conn)
 
     def ping(self) -> bool:
         try:
@@ -191,10 +201,13 @@ class SQLiteStore:
             log.info("wal_checkpoint", wal_bytes_before=size)
 
     def close(self) -> None:
-        with self._write_lock:
+        """Close the writer (after the write in progress) and the idle readers; a reader in use is closed when its
+        read ends."""
+        with self._write_lock, self._pool_lock:
+            if self._closed:
+                return
             self._closed = True
-            with self._all_lock:
-                for conn in self._all:
-                    with contextlib.suppress(sqlite3.Error):  # closing is best effort
-                        conn.close()
-                self._all.clear()
+            for conn in [self._writer, *self._idle]:
+                with contextlib.suppress(sqlite3.Error):  # closing is best effort
+                    conn.close()
+            self._idle.clear()

@@ -55,7 +55,7 @@ class Deliveries:
         now = steps.clock.now_ms()
         with steps.store.write() as tx:
             delivery = tx.one("team_delivery_get", id=delivery_id)
-            goal = steps._goal(tx, delivery["goal_id"]) if delivery is not None else None
+            goal = reads.goal_by_id(tx, delivery["goal_id"]) if delivery is not None else None
             if delivery is None or goal is None or delivery["status"] != "pending":
                 return
             assignments = reads.assignments(tx, goal.id)

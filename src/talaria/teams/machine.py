@@ -36,8 +36,10 @@ class GoalEvent(StrEnum):
 
 
 G = GoalStatus
-_ACTIVE: Final = (G.RUNNING, G.REVIEW)
-_STOPPABLE: Final = (G.RUNNING, G.REVIEW, G.WAITING)
+# a coordinator's activity (G3) and finish (G4, G5) need one of these
+ACTIVE_GOAL: Final = frozenset({G.RUNNING, G.REVIEW})
+# a stop (G6), a criteria change and a new assignment need one of these
+STOPPABLE_GOAL: Final = frozenset({G.RUNNING, G.REVIEW, G.WAITING})
 
 # (from, event) -> to; None as "from" is a goal that does not exist yet
 GOAL_MOVES: Final[Mapping[tuple[GoalStatus | None, GoalEvent], GoalStatus]] = {
@@ -45,11 +47,11 @@ GOAL_MOVES: Final[Mapping[tuple[GoalStatus | None, GoalEvent], GoalStatus]] = {
     (G.RUNNING, GoalEvent.REVIEW): G.REVIEW,
     (G.RUNNING, GoalEvent.ACTIVITY): G.RUNNING,
     (G.REVIEW, GoalEvent.ACTIVITY): G.RUNNING,
-    **{(s, GoalEvent.FINISH_COMPLETE): G.COMPLETE for s in _ACTIVE},
-    **{(s, GoalEvent.FINISH_BLOCKED): G.BLOCKED for s in _ACTIVE},
-    **{(s, GoalEvent.FINISH_WAITING): G.WAITING for s in _ACTIVE},
-    **{(s, GoalEvent.CANCEL): G.CANCELLING for s in _STOPPABLE},
-    **{(s, GoalEvent.CANCEL_SETTLED): G.CANCELLED for s in (*_STOPPABLE, G.CANCELLING)},
+    **{(s, GoalEvent.FINISH_COMPLETE): G.COMPLETE for s in ACTIVE_GOAL},
+    **{(s, GoalEvent.FINISH_BLOCKED): G.BLOCKED for s in ACTIVE_GOAL},
+    **{(s, GoalEvent.FINISH_WAITING): G.WAITING for s in ACTIVE_GOAL},
+    **{(s, GoalEvent.CANCEL): G.CANCELLING for s in STOPPABLE_GOAL},
+    **{(s, GoalEvent.CANCEL_SETTLED): G.CANCELLED for s in (*STOPPABLE_GOAL, G.CANCELLING)},
     **{(s, GoalEvent.RESUME): G.RUNNING for s in (G.BLOCKED, G.WAITING, G.CANCELLED)},
 }  # fmt: skip
 

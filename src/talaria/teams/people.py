@@ -17,15 +17,15 @@ from talaria.clock import Clock
 from talaria.errors import TalariaError
 from talaria.lifecycle.actor import Actor
 from talaria.store.interface import Store, Tx
-from talaria.teams import reads, writes
+from talaria.teams import reads
 from talaria.teams.arguments import check_value
-from talaria.teams.machine import GoalEvent, GoalStatus, goal_after
+from talaria.teams.machine import STOPPABLE_GOAL, GoalStatus
 from talaria.teams.records import Goal, Team
-from talaria.teams.steps import STOPPABLE, cancel_goal, record
+from talaria.teams.steps import cancel_goal, record
+from talaria.teams.tools_goals import replace_criteria
 
 STOPPED: Final = "stopped"
 TEAM_GOALS_SHOWN: Final = 50
-ACTIVE: Final = frozenset({GoalStatus.RUNNING, GoalStatus.REVIEW})
 
 
 def person(account: Account) -> Actor:
@@ -148,7 +148,7 @@ class TeamsForPeople:
         now = self.clock.now_ms()
         with self.store.write() as tx:
             goal = self._goal(tx, account, goal_id)
-            if goal.status not in STOPPABLE:
+            if goal.status not in STOPPABLE_GOAL:
                 raise TalariaError("goal_not_active", f"the goal is {goal.status}")
             after = cancel_goal(tx, goal, STOPPED, person(account), now, stopped_by=account.username)
             return self._goal_full(tx, after)
@@ -160,13 +160,7 @@ class TeamsForPeople:
         now = self.clock.now_ms()
         with self.store.write() as tx:
             goal = self._goal(tx, account, goal_id)
-            if goal.status not in STOPPABLE:
-                raise TalariaError("goal_not_active", f"the goal is {goal.status}")
-            if expected_revision != goal.acceptance_revision:
-                raise TalariaError("goal_criteria_changed", f"the criteria are at revision {goal.acceptance_revision}")
-            status = goal_after(goal.status, GoalEvent.ACTIVITY) if goal.status in ACTIVE else GoalStatus(goal.status)
-            after = writes.set_goal(tx, goal, now, status=status.value, acceptance_criteria=tuple(checked),
-                                    acceptance_revision=goal.acceptance_revision + 1, checks=())  # fmt: skip
+            after = replace_criteria(tx, goal, checked, expected_revision, now, turn_id=None)
             record(tx, person(account), after, "team.goal.criteria_updated", now, from_state=goal.status,
                    to_state=after.status, revision_after=after.revision)  # fmt: skip
             return self._goal_full(tx, after)

@@ -28,6 +28,12 @@ def goal(tx: Tx, tenant: str, owner: str, goal_id: str) -> Goal | None:
     return Goal.from_row(row) if row is not None else None
 
 
+def goal_by_id(tx: Tx, goal_id: str) -> Goal | None:
+    """Any goal by id, whoever owns it: for the reconciler, never for a caller's request."""
+    row = tx.one("goal_by_id", id=goal_id)
+    return Goal.from_row(row) if row is not None else None
+
+
 def newest_goals(tx: Tx, team_id: str, limit: int) -> list[Goal]:
     return [Goal.from_row(row) for row in tx.all("goal_newest_of_team", team_id=team_id, limit=limit)]
 

@@ -38,6 +38,7 @@ from talaria.settings import Settings
 from talaria.store.interface import Store, Tx
 from talaria.teams import authority, permission, prompts, reads, writes
 from talaria.teams.machine import (
+    STOPPABLE_GOAL,
     AssignmentEvent,
     AssignmentStatus,
     GoalEvent,
@@ -49,7 +50,6 @@ from talaria.teams.permission import team_body
 from talaria.teams.records import Assignment, Goal
 
 A = AssignmentStatus
-STOPPABLE: Final = frozenset({GoalStatus.RUNNING, GoalStatus.REVIEW, GoalStatus.WAITING})
 ENDED_TURN: Final = frozenset({"completed", "failed", "interrupted", "uncertain"})
 MEMBER_UNAVAILABLE: Final = "member unavailable"
 NO_RESULT: Final = "the run gave no result"
@@ -127,22 +127,18 @@ class Steps:
         self.settings = settings
         self.allowed = allowed
 
-    def _goal(self, tx: Tx, goal_id: str) -> Goal | None:
-        row = tx.one("goal_by_id", id=goal_id)
-        return Goal.from_row(row) if row is not None else None
-
     # --- 4.6 ---------------------------------------------------------------------------------------------------
 
     def authority(self, goal_id: str, effects: Effects) -> None:
         with self.store.read() as tx:
-            goal = self._goal(tx, goal_id)
-            if goal is None or goal.status not in STOPPABLE:
+            goal = reads.goal_by_id(tx, goal_id)
+            if goal is None or goal.status not in STOPPABLE_GOAL:
                 return
             if authority.lost_because(tx, goal, reads.assignments(tx, goal.id), self.allowed) is None:
                 return
         with self.store.write() as tx:
-            goal = self._goal(tx, goal_id)
-            if goal is None or goal.status not in STOPPABLE:
+            goal = reads.goal_by_id(tx, goal_id)
+            if goal is None or goal.status not in STOPPABLE_GOAL:
                 return
             cause = authority.lost_because(tx, goal, reads.assignments(tx, goal.id), self.allowed)
             if cause is None:
@@ -155,7 +151,7 @@ class Steps:
 
     def settle(self, goal_id: str, effects: Effects) -> None:
         with self.store.read() as tx:
-            goal = self._goal(tx, goal_id)
+            goal = reads.goal_by_id(tx, goal_id)
             if goal is None:
                 return
             live = [a for a in reads.assignments(tx, goal_id) if a.status in (A.RUNNING, A.CANCELLING) and a.job_id]
@@ -171,7 +167,7 @@ class Steps:
     def _settle_one(self, assignment_id: str, goal_id: str, effects: Effects) -> None:
         now = self.clock.now_ms()
         with self.store.write() as tx:
-            goal = self._goal(tx, goal_id)
+            goal = reads.goal_by_id(tx, goal_id)
             row = tx.one("assignment_get", tenant=goal.tenant, owner=goal.owner, id=assignment_id) if goal else None
             if goal is None or row is None:
                 return
@@ -199,7 +195,7 @@ class Steps:
     def settle_cancel(self, goal_id: str, effects: Effects) -> None:
         now = self.clock.now_ms()
         with self.store.write() as tx:
-            goal = self._goal(tx, goal_id)
+            goal = reads.goal_by_id(tx, goal_id)
             if goal is None or goal.status != GoalStatus.CANCELLING:
                 return
             if any(a.status == A.CANCELLING for a in reads.assignments(tx, goal.id)):
@@ -233,7 +229,7 @@ class Steps:
     def dispatch(self, goal_id: str, effects: Effects) -> None:
         while True:
             with self.store.read() as tx:
-                goal = self._goal(tx, goal_id)
+                goal = reads.goal_by_id(tx, goal_id)
                 if goal is None or goal.status != GoalStatus.RUNNING:
                     return
                 assignments = reads.assignments(tx, goal.id)
@@ -255,7 +251,7 @@ class Steps:
         now = self.clock.now_ms()
         signals: Signals = []
         with self.store.write() as tx:
-            goal = self._goal(tx, goal_id)
+            goal = reads.goal_by_id(tx, goal_id)
             if goal is None or goal.status != GoalStatus.RUNNING:
                 return False
             assignments = reads.assignments(tx, goal.id)
@@ -324,7 +320,7 @@ class Steps:
     def review(self, goal_id: str, effects: Effects) -> None:
         now = self.clock.now_ms()
         with self.store.write() as tx:
-            goal = self._goal(tx, goal_id)
+            goal = reads.goal_by_id(tx, goal_id)
             if goal is None or goal.status != GoalStatus.RUNNING:
                 return
             assignments = reads.assignments(tx, goal.id)

@@ -17,10 +17,10 @@ from talaria.limits import ATTEMPTS_PER_ACTIVATION, MAX_ASSIGNMENTS_PER_GOAL
 from talaria.teams import reads, writes
 from talaria.teams.calls import Applied, Context
 from talaria.teams.evidence import Event
-from talaria.teams.machine import AssignmentEvent, assignment_after
+from talaria.teams.machine import STOPPABLE_GOAL, AssignmentEvent, assignment_after
 from talaria.teams.records import Assignment, Goal
 from talaria.teams.tools_bots import owned
-from talaria.teams.tools_goals import EDITABLE, activity, coordinated, goal_view, require_active
+from talaria.teams.tools_goals import activity, coordinated, goal_view, require_active
 
 _DECISION: Final = {"accept": AssignmentEvent.ACCEPT, "retry": AssignmentEvent.RETRY,
                     "block": AssignmentEvent.BLOCK}  # fmt: skip
@@ -37,15 +37,14 @@ def _of_caller(context: Context, assignment_id: str) -> tuple[Assignment, Goal]:
     assignment = reads.assignment(context.tx, round.tenant, round.owner, assignment_id)
     if assignment is None:
         raise TalariaError("not_found", "no such assignment")
-    return assignment, coordinated(context, assignment.goal_id)
+    goal, _ = coordinated(context, assignment.goal_id)
+    return assignment, goal
 
 
 def assign(context: Context, args: dict[str, Any]) -> Applied:
     tx, round = context.tx, context.round
-    goal = coordinated(context, args["goalId"])
+    goal, team = coordinated(context, args["goalId"])
     require_active(goal)
-    team = reads.team(tx, round.tenant, round.owner, goal.team_id)
-    assert team is not None
     if args["botId"] not in team.member_ids or args["botId"] == context.caller.id:
         raise TalariaError("invalid_assignment_bot", "botId must be a member of the team other than yourself")
     member = owned(context, args["botId"])
@@ -90,7 +89,7 @@ def review_assignment(context: Context, args: dict[str, Any]) -> Applied:
 
 def cancel_assignment(context: Context, args: dict[str, Any]) -> Applied:
     assignment, goal = _of_caller(context, args["assignmentId"])
-    if goal.status not in EDITABLE:
+    if goal.status not in STOPPABLE_GOAL:
         raise TalariaError("assignment_not_cancellable", f"the goal is {goal.status}")
     status = assignment_after(assignment.status, AssignmentEvent.CANCEL)
     after = writes.set_assignment(context.tx, assignment, context.now_ms, status=status.value, review=args["reason"])

@@ -21,6 +21,8 @@ from talaria.teams import permission, reads, writes
 from talaria.teams.calls import Applied, Context
 from talaria.teams.evidence import Event
 from talaria.teams.machine import (
+    ACTIVE_GOAL,
+    STOPPABLE_GOAL,
     AssignmentEvent,
     AssignmentStatus,
     GoalEvent,
@@ -28,20 +30,18 @@ from talaria.teams.machine import (
     assignment_after,
     goal_after,
 )
-from talaria.teams.records import Assignment, Goal
+from talaria.teams.records import Assignment, Goal, Team
 from talaria.teams.round import USER
 from talaria.teams.tools_teams import administered
 
 DEFAULT_CRITERIA: Final = ("The delivery meets the original request, with evidence.",)
-ACTIVE: Final = frozenset({GoalStatus.RUNNING, GoalStatus.REVIEW})
-EDITABLE: Final = frozenset({GoalStatus.RUNNING, GoalStatus.REVIEW, GoalStatus.WAITING})
 _FINISH: Final = {"complete": GoalEvent.FINISH_COMPLETE, "blocked": GoalEvent.FINISH_BLOCKED,
                   "waiting": GoalEvent.FINISH_WAITING}  # fmt: skip
 
 
-def coordinated(context: Context, goal_id: str) -> Goal:
+def coordinated(context: Context, goal_id: str) -> tuple[Goal, Team]:
     """The owner's goal ``goal_id`` of a team not archived (else 404 ``not_found``), coordinated by the caller
-    (else 403 ``goal_forbidden``)."""
+    (else 403 ``goal_forbidden``), with its team."""
     round = context.round
     goal = reads.goal(context.tx, round.tenant, round.owner, goal_id)
     team = reads.team(context.tx, round.tenant, round.owner, goal.team_id) if goal is not None else None
@@ -49,19 +49,39 @@ def coordinated(context: Context, goal_id: str) -> Goal:
         raise TalariaError("not_found", "no such goal")
     if goal.coordinator_id != context.caller.id:
         raise TalariaError("goal_forbidden", "only the goal's coordinator may do this")
-    return goal
+    return goal, team
 
 
-def require_active(goal: Goal, allowed: frozenset[GoalStatus] = ACTIVE) -> None:
+def require_active(goal: Goal, allowed: frozenset[GoalStatus] = ACTIVE_GOAL) -> None:
     if goal.status not in allowed:
         raise TalariaError("goal_not_active", f"the goal is {goal.status}")
 
 
+def status_after_activity(goal: Goal) -> GoalStatus:
+    """G3: a goal in review goes back to running; a waiting goal stays waiting."""
+    return goal_after(goal.status, GoalEvent.ACTIVITY) if goal.status in ACTIVE_GOAL else GoalStatus(goal.status)
+
+
 def activity(context: Context, goal: Goal, **changes: Any) -> Goal:
-    """G3 with ``changes``: a goal in review goes back to running; ``lastTurnId`` is the caller's turn."""
-    status = goal_after(goal.status, GoalEvent.ACTIVITY) if goal.status in ACTIVE else GoalStatus(goal.status)
-    return writes.set_goal(context.tx, goal, context.now_ms, status=status.value,
+    """G3 with ``changes``; ``lastTurnId`` is the caller's turn."""
+    return writes.set_goal(context.tx, goal, context.now_ms, status=status_after_activity(goal).value,
                            last_turn_id=context.round.turn_id, **changes)  # fmt: skip
+
+
+def replace_criteria(
+    tx: Tx, goal: Goal, criteria: list[str], expected_revision: Any, now_ms: int, *, turn_id: str | None
+) -> Goal:
+    """The criteria change of the coordinator's tool and of a person (team-tools.md 6.3, 11): 409
+    ``goal_not_active`` unless the goal is running, in review or waiting, 409 ``goal_criteria_changed`` for another
+    revision; the checks are cleared. ``turn_id`` (the coordinator's turn; None for a person) becomes
+    ``lastTurnId``."""
+    require_active(goal, STOPPABLE_GOAL)
+    if expected_revision != goal.acceptance_revision:
+        raise TalariaError("goal_criteria_changed", f"the criteria are at revision {goal.acceptance_revision}")
+    turn = {} if turn_id is None else {"last_turn_id": turn_id}
+    return writes.set_goal(tx, goal, now_ms, status=status_after_activity(goal).value,
+                           acceptance_criteria=tuple(criteria), acceptance_revision=goal.acceptance_revision + 1,
+                           checks=(), **turn)  # fmt: skip
 
 
 def goal_view(tx: Tx, goal: Goal) -> dict[str, Any]:
@@ -121,20 +141,15 @@ def start_goal(context: Context, args: dict[str, Any]) -> Applied:
 
 
 def get_goal(context: Context, args: dict[str, Any]) -> dict[str, Any]:
-    goal = coordinated(context, args["goalId"])
-    team = reads.team(context.tx, goal.tenant, goal.owner, goal.team_id)
-    assert team is not None
+    goal, team = coordinated(context, args["goalId"])
     assignments = reads.assignments(context.tx, goal.id)
     return {"goal": goal.view(assignments), "team": team.view(), "assignments": [a.view() for a in assignments]}
 
 
 def update_goal_criteria(context: Context, args: dict[str, Any]) -> Applied:
-    goal = coordinated(context, args["goalId"])
-    require_active(goal, EDITABLE)
-    if args["expectedRevision"] != goal.acceptance_revision:
-        raise TalariaError("goal_criteria_changed", f"the criteria are at revision {goal.acceptance_revision}")
-    after = activity(context, goal, acceptance_criteria=tuple(args["acceptanceCriteria"]),
-                     acceptance_revision=goal.acceptance_revision + 1, checks=())  # fmt: skip
+    goal, _ = coordinated(context, args["goalId"])
+    after = replace_criteria(context.tx, goal, args["acceptanceCriteria"], args["expectedRevision"],
+                             context.now_ms, turn_id=context.round.turn_id)  # fmt: skip
     event = _goal_event("team.goal.criteria_updated", goal, after)
     return Applied({"goal": goal_view(context.tx, after)}, event, goal_id=goal.id)
 
@@ -154,7 +169,7 @@ def _require_complete(goal: Goal, assignments: list[Assignment], args: dict[str,
 
 def finish_goal(context: Context, args: dict[str, Any]) -> Applied:
     tx = context.tx
-    goal = coordinated(context, args["goalId"])
+    goal, _ = coordinated(context, args["goalId"])
     require_active(goal)
     checks = args.get("checks", [])
     beyond = [c["criterion"] for c in checks if c["criterion"] >= len(goal.acceptance_criteria)]
@@ -174,7 +189,7 @@ def finish_goal(context: Context, args: dict[str, Any]) -> Applied:
 
 def resume_goal(context: Context, args: dict[str, Any]) -> Applied:
     tx, round = context.tx, context.round
-    goal = coordinated(context, args["goalId"])
+    goal, _ = coordinated(context, args["goalId"])
     _require_user_instruction(context)
     status = goal_after(goal.status, GoalEvent.RESUME)
     assignments = reads.assignments(tx, goal.id)

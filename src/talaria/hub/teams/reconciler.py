@@ -20,7 +20,6 @@ from talaria.lifecycle.engine import Engine
 from talaria.store.interface import Store
 from talaria.teams import reads
 from talaria.teams.reconcile import Reconcile
-from talaria.teams.records import Goal
 from talaria.teams.steps import Effects
 
 log = structlog.get_logger("talaria.teams")
@@ -97,10 +96,9 @@ class TeamReconciler:
         """Emit ``team.goal`` in the goal's origin conversation when its status or counts differ from the last
         shown."""
         with self.store.read() as tx:
-            row = tx.one("goal_by_id", id=goal_id)
-            if row is None:
+            goal = reads.goal_by_id(tx, goal_id)
+            if goal is None:
                 return
-            goal = Goal.from_row(row)
             view = goal.view(reads.assignments(tx, goal.id))
         counts = tuple(sorted(view["counts"].items()))
         with self._shown_lock:

@@ -13,6 +13,7 @@ from starlette.responses import Response
 from talaria.hub.api.websession import WebUser
 from talaria.hub.teams import api as teams_api
 from talaria.hub.web.frame import hub_of, page_of, pager, part_of
+from talaria.teams.machine import STOPPABLE_GOAL, TERMINAL_GOAL
 
 router = APIRouter(include_in_schema=False)
 
@@ -21,8 +22,6 @@ STATUS_NAMES: Final = {"running": "Running", "review": "Review", "waiting": "Wai
 ASSIGNMENT_NAMES: Final = {"pending": "Pending", "running": "Running", "review": "Review", "failed": "Failed",
                            "blocked": "Blocked", "complete": "Complete", "cancelling": "Cancelling",
                            "cancelled": "Cancelled"}  # fmt: skip
-STOPPABLE: Final = frozenset({"running", "review", "waiting"})
-FINAL: Final = frozenset({"complete", "blocked", "cancelled"})
 
 
 async def _teams_view(request: Request, user: WebUser, cursor: str | None) -> dict[str, Any]:
@@ -63,9 +62,9 @@ def progress(shown: dict[str, Any], user: WebUser) -> dict[str, Any]:
         "total": len(assignments),
         "criteria": criteria,
         "assignments": [a | {"state": ASSIGNMENT_NAMES[a["status"]]} for a in assignments],
-        "live": goal["status"] not in FINAL,
-        "can_stop": mine and goal["status"] in STOPPABLE,
-        "can_edit": mine and goal["status"] in STOPPABLE,
+        "live": goal["status"] not in TERMINAL_GOAL,
+        "can_stop": mine and goal["status"] in STOPPABLE_GOAL,
+        "can_edit": mine and goal["status"] in STOPPABLE_GOAL,
         "title": goal["title"],
     }
 

@@ -9,10 +9,11 @@ HERMES_VERSION := 0.19.0
 HERMES_VENV := .venv-hermes
 HERMES_STAMP := $(HERMES_VENV)/.installed-$(HERMES_VERSION)
 CHROMIUM ?= /usr/bin/chromium
-APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
+APT := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
+PG_BIN ?= /usr/lib/postgresql/15/bin
 
 .DEFAULT_GOAL := help
-.PHONY: help venv hermes browser demo test lint bench clean
+.PHONY: help venv hermes browser postgres demo test lint bench clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -36,24 +37,35 @@ $(HERMES_STAMP): constraints-hermes.txt
 
 hermes: $(HERMES_STAMP) ## create .venv-hermes with the pinned hermes-agent
 
+# apt_install(file that must exist, Debian package): install the package with apt-get when the file is missing and
+# this user may (root, or sudo); else say so. Nothing else is installed system-wide.
+define apt_install
+	@if [ -e "$(1)" ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then echo "installing Debian's $(2) (apt-get)"; \
+	  $(APT) $(2) >/dev/null || { apt-get update -qq && $(APT) $(2) >/dev/null; } \
+	  || echo "warning: could not install $(2)"; \
+	elif command -v sudo >/dev/null; then echo "installing Debian's $(2) (sudo apt-get)"; \
+	  sudo sh -c '$(APT) $(2) >/dev/null || { apt-get update -qq && $(APT) $(2) >/dev/null; }' \
+	  || echo "warning: could not install $(2)"; \
+	else echo "warning: $(2) is missing and this user cannot install it (apt-get install $(2))"; fi
+endef
+
 # The browser tests drive Debian's chromium through Playwright (never `playwright install`). Installing it needs
 # root (or sudo); without it tests/browser fails saying how to install it.
 browser: ## install Debian's chromium for the browser tests when it is missing (apt-get)
-	@if [ -x "$(CHROMIUM)" ]; then :; \
-	elif [ "$$(id -u)" = 0 ]; then echo "installing Debian's chromium (apt-get)"; \
-	  $(APT_INSTALL) >/dev/null || { apt-get update -qq && $(APT_INSTALL) >/dev/null; } \
-	  || echo "warning: could not install chromium"; \
-	elif command -v sudo >/dev/null; then echo "installing Debian's chromium (sudo apt-get)"; \
-	  sudo sh -c '$(APT_INSTALL) >/dev/null || { apt-get update -qq && $(APT_INSTALL) >/dev/null; }' \
-	  || echo "warning: could not install chromium"; \
-	else echo "warning: chromium is missing and this user cannot install it (apt-get install chromium)"; fi
+	$(call apt_install,$(CHROMIUM),chromium)
+
+# The PostgreSQL tests start their own server from Debian's postgresql-15 (scale.md 2.6); installing it needs root
+# (or sudo). Without it they skip saying why, unless TALARIA_REQUIRE_POSTGRES=1 (CI), which makes them fail.
+postgres: ## install Debian's PostgreSQL 15 server for the PostgreSQL tests when it is missing (apt-get)
+	$(call apt_install,$(PG_BIN)/postgres,postgresql-15)
 
 demo: $(STAMP) $(HERMES_STAMP) ## run the product end to end on the embedded SQLite default (Ctrl-C stops the hub)
 	$(BIN)/talaria demo
 
 # A crashed worker ends the run (--max-worker-restart 0): xdist's loadfile scheduler can hang for ever when it
 # replaces one (pytest-xdist#1323). A hung test fails after pyproject's pytest timeout.
-test: $(STAMP) $(HERMES_STAMP) browser ## run the whole test suite (tests/hermes runs real Hermes from .venv-hermes)
+test: $(STAMP) $(HERMES_STAMP) browser postgres ## run the whole test suite (tests/hermes runs real Hermes from .venv-hermes)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --max-worker-restart 0
 
 lint: $(STAMP) ## ruff (lint + format check) and mypy --strict

@@ -16,7 +16,9 @@ from talaria.clock import ManualClock
 from talaria.logs import configure_logging
 from talaria.testing.hub_server import HubServer
 from talaria.testing.model_server import ModelServer
+from talaria.testing.postgres_server import PostgresMissing, PostgresServer, required
 from talaria.testing.real_hermes import HermesNotInstalled, hermes_bin
+from tests.backends import backend_database  # noqa: F401 - a fixture for the tests that run on both backends
 
 # A synthetic per-run proxy secret (lifecycle.md 11); tests/integration scans files for it.
 PROXY_SECRET = "test-" + secrets.token_hex(24)
@@ -37,6 +39,20 @@ def hermes_executable() -> Path:
         return hermes_bin()
     except HermesNotInstalled as exc:
         pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One PostgreSQL 15+ per test worker, started in a temporary directory on a unix socket (scale.md 2.6). Without
+    server binaries the tests using it skip with the reason, unless TALARIA_REQUIRE_POSTGRES=1 (CI): then they fail."""
+    try:
+        server = PostgresServer.create()
+    except PostgresMissing as exc:
+        if required():
+            pytest.fail(f"TALARIA_REQUIRE_POSTGRES=1 and {exc}", pytrace=False)
+        pytest.skip(str(exc))
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Sequence
@@ -11,19 +12,27 @@ from pathlib import Path
 from talaria import __version__
 from talaria.errors import SettingsError, TalariaError
 from talaria.logs import configure_logging
-from talaria.settings import env_name, load_settings
-from talaria.store.open import open_sqlite
-from talaria.store.sqlite import SQLiteStore
+from talaria.settings import Settings, load_offline_settings, load_settings
+from talaria.store.interface import Store
+from talaria.store.open import SQLITE_NAME, open_sqlite, open_store
 
 
-def _data_dir(flag: str | None) -> Path:
-    """Commands other than ``hub`` read only what they use: the data directory."""
-    return Path(flag or os.environ.get(env_name("data_dir")) or "./talaria-data")
+def _offline_settings(args: argparse.Namespace) -> Settings:
+    """The data directory and ``database.url`` as the hub reads them (flag, environment, ``--config``); the other
+    settings are not read (web-api.md 8, scale.md 5)."""
+    config: Path | None = getattr(args, "config", None)
+    return load_offline_settings(flags={"data_dir": args.data_dir}, environ=os.environ, config_file=config)
 
 
-def _store_for(data_dir: Path) -> SQLiteStore:
-    """The existing database of ``data_dir``; the directory and its files are tightened as the hub does."""
-    if not (data_dir / "talaria.sqlite3").exists():
+def _store_for(args: argparse.Namespace, *, create: bool = False) -> Store:
+    """The database the settings name: PostgreSQL when ``database.url`` says so, else the SQLite file of the data
+    directory, which must exist unless ``create`` (its directory and files are tightened as the hub does)."""
+    settings = _offline_settings(args)
+    if settings.database_url:
+        return open_store(dataclasses.replace(settings, database_pool_min=1, database_pool_max=2),
+                          application_name="talaria/cli")  # fmt: skip
+    data_dir = settings.data_dir
+    if not create and not (data_dir / SQLITE_NAME).exists():
         raise TalariaError("not_found", f"no Talaria database in {data_dir} (start the hub once, or run db upgrade)")
     return open_sqlite(data_dir)
 
@@ -48,7 +57,7 @@ def cmd_create_user(args: argparse.Namespace) -> int:
 
     line = sys.stdin.readline()
     password = line.removesuffix("\n").removesuffix("\r")
-    store = open_sqlite(_data_dir(args.data_dir))
+    store = _store_for(args, create=True)
     try:
         migrations.upgrade(store)
         account = Accounts(store, SystemClock()).create(
@@ -82,7 +91,7 @@ def cmd_set_user(args: argparse.Namespace) -> int:
     if not changes:
         print("talaria: say what to change: --enable, --disable, --role or --password-stdin", file=sys.stderr)
         return 2
-    store = _store_for(_data_dir(args.data_dir))
+    store = _store_for(args)
     try:
         migrations.upgrade(store)
         accounts = Accounts(store, SystemClock())
@@ -104,7 +113,7 @@ def cmd_runners(args: argparse.Namespace) -> int:
     from talaria.clock import SystemClock
     from talaria.hub.runners.registry import RunnerRegistry, parse_registration
 
-    store = _store_for(_data_dir(args.data_dir))
+    store = _store_for(args)
     registry = RunnerRegistry(store, SystemClock())
     try:
         if args.runners_command == "list":
@@ -144,7 +153,7 @@ def cmd_runners(args: argparse.Namespace) -> int:
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     from talaria.lifecycle.audit import verify
 
-    store = _store_for(_data_dir(args.data_dir))
+    store = _store_for(args)
     try:
         report = verify(store)
     finally:
@@ -156,16 +165,20 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 def cmd_db(args: argparse.Namespace) -> int:
     from talaria.store import migrations
 
-    data_dir = _data_dir(args.data_dir)
+    settings = _offline_settings(args)
+    data_dir = settings.data_dir
     if args.action == "downgrade" and not args.yes:
         print("talaria db downgrade is destructive: it drops tables and their data; add --yes", file=sys.stderr)
         return 1
-    if args.action == "status" and not (data_dir / "talaria.sqlite3").exists():
+    if args.action == "status" and not settings.database_url and not (data_dir / SQLITE_NAME).exists():
         for name in migrations.SETS:  # report without creating a database as a side effect
             count = len(migrations.available("sqlite", name))
             print(f"{name}: version 0 of {count} ({count} pending; no database in {data_dir} yet)")
         return 0
-    store = open_sqlite(data_dir) if args.action == "upgrade" else _store_for(data_dir)
+    if args.action == "downgrade" and settings.database_url and _hub_running(settings.database_url):
+        print("talaria db downgrade: a hub uses this database; stop every replica first", file=sys.stderr)
+        return 1
+    store = _store_for(args, create=args.action == "upgrade")
     try:
         if args.action == "status":
             have, want = migrations.current(store), migrations.latest(store)
@@ -195,6 +208,12 @@ def cmd_db(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return 0
+
+
+def _hub_running(url: str) -> bool:
+    from talaria.store.postgres.admin import hub_running
+
+    return hub_running(url)
 
 
 def cmd_runner(args: argparse.Namespace) -> int:
@@ -230,6 +249,9 @@ def cmd_install_plugin(args: argparse.Namespace) -> int:
     return 0
 
 
+CONFIG_HELP = "TOML settings file (its data_dir and database.url, as the hub reads them)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from talaria.store.migrations import SETS  # the sets a downgrade may name
 
@@ -247,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     admin = sub.add_parser("admin", help="administration").add_subparsers(dest="admin_command", required=True)
     create = admin.add_parser("create-user", help="create an account; the password is read from standard input")
     create.add_argument("--data-dir", default=None)
+    create.add_argument("--config", type=Path, default=None, help=CONFIG_HELP)
     create.add_argument("--username", required=True)
     create.add_argument("--role", required=True, choices=["admin", "user"])
     create.add_argument("--tenant", default="default")
@@ -257,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     set_user = admin.add_parser("set-user", help="enable, disable, change the role or the password of an account")
     set_user.add_argument("username")
     set_user.add_argument("--data-dir", default=None)
+    set_user.add_argument("--config", type=Path, default=None, help=CONFIG_HELP)
     state = set_user.add_mutually_exclusive_group()
     state.add_argument("--enable", dest="enabled", action="store_const", const=True, default=None)
     state.add_argument("--disable", dest="enabled", action="store_const", const=False)
@@ -270,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     disable = runners.add_parser("disable", help="disable a runner for good")
     for command in (listing, register, disable):
         command.add_argument("--data-dir", default=None)
+        command.add_argument("--config", type=Path, default=None, help=CONFIG_HELP)
         command.add_argument("--tenant", default="default")
         command.set_defaults(func=cmd_runners)
     register.add_argument("--name", required=True)
@@ -285,11 +310,13 @@ def build_parser() -> argparse.ArgumentParser:
     audit = sub.add_parser("audit", help="audit chain").add_subparsers(dest="audit_command", required=True)
     verify = audit.add_parser("verify", help="recompute the hash chain")
     verify.add_argument("--data-dir", default=None)
+    verify.add_argument("--config", type=Path, default=None, help=CONFIG_HELP)
     verify.set_defaults(func=cmd_audit_verify)
 
     db = sub.add_parser("db", help="database migrations")
     db.add_argument("action", choices=["status", "upgrade", "downgrade"])
     db.add_argument("--data-dir", default=None)
+    db.add_argument("--config", type=Path, default=None, help=CONFIG_HELP)
     db.add_argument("--set", choices=list(SETS), help="migration set (downgrade)")
     db.add_argument("--to", type=int, help="target version (downgrade)")
     db.add_argument("--yes", action="store_true", help="confirm a destructive downgrade")
@@ -333,5 +360,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
     except TalariaError as exc:
         print(f"talaria: {exc.message}", file=sys.stderr)
+        return 1
+    except SettingsError as exc:
+        print(f"talaria: {exc}", file=sys.stderr)
         return 1
     return code

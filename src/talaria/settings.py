@@ -43,7 +43,16 @@ class Settings:
     lifecycle_idempotency_retention_s: int = 86400
     lifecycle_dispatcher_principal: str = "talaria-hub"
     security_event_rate_per_minute: int = 60
-    database_url: str = ""
+    database_url: str = field(default="", repr=False)  # may carry a password
+    # scale.md 2.1: PostgreSQL only
+    database_pool_min: int = 2
+    database_pool_max: int = 10
+    database_pool_timeout_ms: int = 5000
+    database_statement_timeout_ms: int = 15000
+    database_listen: bool = True
+    database_wake_fallback_ms: int = 1000
+    database_max_clock_skew_ms: int = 2000
+    audit_seal_interval_ms: int = 200
     storage_sqlite_busy_timeout_ms: int = 5000
     storage_sqlite_wal_limit_bytes: int = 67_108_864
     metrics_public: bool = False
@@ -115,6 +124,14 @@ KEYS: dict[str, tuple[str, type]] = {
     "lifecycle.dispatcher_principal": ("lifecycle_dispatcher_principal", str),
     "security.event_rate_per_minute": ("security_event_rate_per_minute", int),
     "database.url": ("database_url", str),
+    "database.pool_min": ("database_pool_min", int),
+    "database.pool_max": ("database_pool_max", int),
+    "database.pool_timeout_ms": ("database_pool_timeout_ms", int),
+    "database.statement_timeout_ms": ("database_statement_timeout_ms", int),
+    "database.listen": ("database_listen", bool),
+    "database.wake_fallback_ms": ("database_wake_fallback_ms", int),
+    "database.max_clock_skew_ms": ("database_max_clock_skew_ms", int),
+    "audit.seal_interval_ms": ("audit_seal_interval_ms", int),
     "storage.sqlite_busy_timeout_ms": ("storage_sqlite_busy_timeout_ms", int),
     "storage.sqlite_wal_limit_bytes": ("storage_sqlite_wal_limit_bytes", int),
     "metrics.public": ("metrics_public", bool),
@@ -204,6 +221,45 @@ def _profiles(table: Any) -> dict[str, ProfileOverride]:
     return out
 
 
+def _read_file(config_file: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SettingsError(f"cannot read settings file {config_file}: {exc}") from exc
+
+
+# what the commands other than ``hub`` read (web-api.md 8, scale.md 5): the data directory and the database
+OFFLINE_KEYS: tuple[str, ...] = (
+    "data_dir",
+    "database.url",
+    "database.pool_timeout_ms",
+    "database.statement_timeout_ms",
+)
+
+
+def load_offline_settings(
+    *,
+    flags: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
+) -> Settings:
+    """The settings of ``OFFLINE_KEYS`` alone, by the same precedence; the others are neither read nor checked."""
+    values: dict[str, Any] = {}
+    if config_file is not None:
+        table = _flatten(_read_file(config_file))
+        values.update({key: _coerce(key, KEYS[key][1], table[key]) for key in OFFLINE_KEYS if key in table})
+    for key in OFFLINE_KEYS:
+        raw = (environ or {}).get(env_name(key))
+        if raw is not None and raw != "":
+            values[key] = _coerce(key, KEYS[key][1], raw, from_env=True)
+    for key, value in (flags or {}).items():
+        if key in OFFLINE_KEYS and value is not None:
+            values[key] = _coerce(key, KEYS[key][1], value)
+    settings = Settings(**{KEYS[k][0]: v for k, v in values.items()})
+    _validate_database(settings)
+    return settings
+
+
 def load_settings(
     *,
     flags: Mapping[str, Any] | None = None,
@@ -214,10 +270,7 @@ def load_settings(
     values: dict[str, Any] = {}
     profiles: dict[str, ProfileOverride] = {}
     if config_file is not None:
-        try:
-            table = tomllib.loads(config_file.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise SettingsError(f"cannot read settings file {config_file}: {exc}") from exc
+        table = _read_file(config_file)
         profiles = _profiles(table.get("profiles"))
         for key, value in _flatten(table).items():
             if key not in KEYS:
@@ -301,7 +354,22 @@ def validate(s: Settings) -> None:
             raise SettingsError("hub.public_url must be an http:// or https:// URL")
     elif s.hub_host in ("0.0.0.0", "::", ""):  # noqa: S104 - this is the refusal of a wildcard host
         raise SettingsError("hub.public_url must be set when hub.host is a wildcard address")
+    _validate_database(s)
+
+
+def _validate_database(s: Settings) -> None:
+    """Scale.md 2.1: the ``database.*`` and ``audit.seal_interval_ms`` rules."""
     if s.database_url and not s.database_url.startswith(("postgresql://", "postgres://")):
         raise SettingsError("database.url must be empty (SQLite) or a postgresql:// URL")
-    if s.database_url:
-        raise SettingsError("database.url: the PostgreSQL backend is not available in this release yet")
+    if not 1 <= s.database_pool_min <= s.database_pool_max:
+        raise SettingsError("database.pool_min and database.pool_max must satisfy 1 <= pool_min <= pool_max")
+    ranges = {
+        "database.pool_timeout_ms": (s.database_pool_timeout_ms, 1, 600_000),
+        "database.statement_timeout_ms": (s.database_statement_timeout_ms, 1, 3_600_000),
+        "database.wake_fallback_ms": (s.database_wake_fallback_ms, 100, 2000),
+        "database.max_clock_skew_ms": (s.database_max_clock_skew_ms, 100, 60_000),
+        "audit.seal_interval_ms": (s.audit_seal_interval_ms, 10, 5000),
+    }
+    for key, (value, low, high) in ranges.items():
+        if not low <= value <= high:
+            raise SettingsError(f"{key} must be between {low} and {high}")

@@ -12,6 +12,7 @@ from talaria.hub.api.views import dispatch_json
 from talaria.lifecycle.actor import Actor
 from talaria.testing.hub_server import HubServer
 from talaria.testing.runtime_client import RuntimeClient
+from tests.backends import raw_sql
 from tests.conftest import PROXY_SECRET
 
 AUTHOR = Actor("acct:default/alice", frozenset(), "web", "default")
@@ -107,13 +108,10 @@ def job_row(server: HubServer, job: str) -> dict[str, Any]:
 
 
 def count(server: HubServer, sql: str, *args: Any) -> int:
-    import sqlite3
-
-    conn = sqlite3.connect(server.settings.sqlite_path)
-    try:
-        return int(conn.execute(sql, args).fetchone()[0])
-    finally:
-        conn.close()
+    """The one value ``sql`` selects, read beside the hub's store (SQLite or PostgreSQL)."""
+    (row,) = raw_sql(server.settings, sql, *args)
+    (value,) = row.values()
+    return int(value)
 
 
 def scan_for_secret(root: Path, text: str) -> list[Path]:

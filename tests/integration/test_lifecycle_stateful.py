@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import psycopg
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -45,7 +47,12 @@ from talaria.lifecycle.engine import Engine
 from talaria.lifecycle.records import LeaseRef
 from talaria.settings import ProfileOverride, Settings
 from talaria.store import migrations
+from talaria.store.interface import Store
+from talaria.store.postgres import admin
+from talaria.store.postgres.store import PostgresStore
 from talaria.store.sqlite import SQLiteStore
+from talaria.testing.postgres_server import PostgresServer
+from tests.backends import PostgresReader, new_postgres_database
 
 
 @dataclass(frozen=True)
@@ -482,11 +489,20 @@ HOLDER_NAME = {actor.principal: name for name, actor in WORKERS.items()}
 
 
 class LifecycleMachine(RuleBasedStateMachine):
+    # the PostgreSQL server of the run on PostgreSQL (scale.md 6.1), None on SQLite
+    postgres: PostgresServer | None = None
+
     def __init__(self) -> None:
         super().__init__()
         self.tmp: Path | None = None
-        self.store: SQLiteStore | None = None
+        self.store: Store | None = None
         self.reader: sqlite3.Connection | None = None
+        self.pg_reader: PostgresReader | None = None
+        self.url = ""
+        self.db_name = ""
+
+    def open_store(self) -> Store:
+        return PostgresStore(self.url) if self.url else SQLiteStore(self.path)
 
     # ---- set-up and tear-down ---------------------------------------------------------------
 
@@ -504,7 +520,10 @@ class LifecycleMachine(RuleBasedStateMachine):
             profiles={f"{CELL}/once": ProfileOverride(max_attempts=1, max_lease_life_s=45)},
         )
         self.path = self.settings.sqlite_path
-        self.store = SQLiteStore(self.path)
+        if self.postgres is not None:
+            self.db_name = new_postgres_database(self.postgres, migrated=True)
+            self.url = self.postgres.url(self.db_name)
+        self.store = self.open_store()
         migrations.upgrade(self.store)
         self.engine = Engine(self.store, self.clock, self.settings)
         with self.store.write() as tx:
@@ -539,9 +558,13 @@ class LifecycleMachine(RuleBasedStateMachine):
             model_job.events.append(("hermes.job.enqueued", None, "QUEUED", None, 1, 0, None, "enqueue"))
             jobs.append(model_job)
         self.model = Model(jobs)
-        self.reader = sqlite3.connect(self.path, isolation_level=None)
-        self.reader.row_factory = sqlite3.Row
-        self.reader.execute("PRAGMA query_only=ON")
+        if self.url:
+            self.pg_reader = PostgresReader(psycopg.connect(self.url, autocommit=True))
+            self.pg_reader.conn.execute("SET default_transaction_read_only = on")
+        else:
+            self.reader = sqlite3.connect(self.path, isolation_level=None)
+            self.reader.row_factory = sqlite3.Row
+            self.reader.execute("PRAGMA query_only=ON")
         self.memory: dict[tuple[str, int], tuple[str, int]] = {}  # (worker, job) -> last lease got
         self.issued: list[Req] = []
         self.finishes: list[Req] = []  # complete, fail and holder cancel requests that ended a job
@@ -555,8 +578,12 @@ class LifecycleMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         if self.reader is not None:
             self.reader.close()
+        if self.pg_reader is not None:
+            self.pg_reader.conn.close()
         if self.store is not None:
             self.store.close()
+        if self.postgres is not None and self.db_name:
+            admin.drop_database(self.postgres.url(), self.db_name)
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -883,7 +910,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.store = None
         self.clock.advance(seconds)
         audit_events = self.reader_one("SELECT count(*) AS n FROM audit_event")["n"]
-        self.store = SQLiteStore(self.path)
+        self.store = self.open_store()
         self.engine = Engine(self.store, self.clock, self.settings)
         expected = self.model.sweep(self.clock.now_ms(), "lease_expired_on_recovery")
         report = self.engine.recover()
@@ -935,11 +962,13 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     # ---- invariants --------------------------------------------------------------------------
 
-    def reader_all(self, sql: str, *params: Any) -> list[sqlite3.Row]:
+    def reader_all(self, sql: str, *params: Any) -> list[Any]:
+        if self.pg_reader is not None:
+            return self.pg_reader.all(sql, *params)
         assert self.reader is not None
         return list(self.reader.execute(sql, params))
 
-    def reader_one(self, sql: str, *params: Any) -> sqlite3.Row:
+    def reader_one(self, sql: str, *params: Any) -> Any:
         rows = self.reader_all(sql, *params)
         assert len(rows) == 1, (sql, len(rows))
         return rows[0]
@@ -1123,12 +1152,16 @@ REQUIRED_CODES = frozenset(
 )
 
 
-def test_lifecycle_state_machine_against_reference_model() -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_lifecycle_state_machine_against_reference_model(backend: str, request: pytest.FixtureRequest) -> None:
     global STEPS_RUN
     STEPS_RUN = 0
     OUTCOMES.clear()
+    machine = type(f"LifecycleMachineOn{backend.title()}", (LifecycleMachine,), {})
+    if backend == "postgresql":
+        machine.postgres = request.getfixturevalue("postgres_server")
     run_state_machine_as_test(
-        LifecycleMachine,
+        machine,
         settings=settings(
             max_examples=EXAMPLES,
             stateful_step_count=STEPS_PER_EXAMPLE,

@@ -1,4 +1,5 @@
-"""Acceptance scenarios 1-25 of lifecycle.md 11 over a real uvicorn hub on 127.0.0.1.
+"""Acceptance scenarios 1-25 of lifecycle.md 11 over a real uvicorn hub on 127.0.0.1, on SQLite and on PostgreSQL
+(scale.md 6.1: ``make_hub`` here points every hub at ``backend_database``).
 
 Each scenario ends with the audit chain verified and a scan proving the proxy secret is in no file
 of the data directory and in no captured output.
@@ -6,13 +7,16 @@ of the data directory and in no captured output.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from talaria.canonical import digest
+from talaria.clock import ManualClock
 from talaria.testing.hub_server import HubServer
+from tests.backends import BackendDatabase, raw_sql
 from tests.conftest import PROXY_SECRET
 from tests.integration.runtime_support import (
     APPROVER,
@@ -29,10 +33,29 @@ from tests.integration.runtime_support import (
 
 
 @pytest.fixture
+def make_hub(
+    tmp_path: Path, clock: ManualClock, backend_database: BackendDatabase
+) -> Iterator[Callable[..., HubServer]]:
+    """The root ``make_hub``, on each backend in turn."""
+    made: list[HubServer] = []
+
+    def factory(**settings: Any) -> HubServer:
+        server = HubServer(tmp_path / "data", clock, **backend_database.settings(), **settings).start()
+        made.append(server)
+        return server
+
+    yield factory
+    for server in made:
+        server.stop()
+
+
+@pytest.fixture
 def hub(
-    make_hub: Callable[..., HubServer], capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
-) -> Iterator[HubServer]:
+    make_hub: Callable[..., HubServer], backend_database: BackendDatabase, capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> Iterator[HubServer]:  # fmt: skip
     server = make_hub(runtime_api_enabled=True, runtime_api_proxy_secret=PROXY_SECRET)
+    assert server.hub.store.dialect == backend_database.backend
     yield server
     close_clients()
     assert server.hub.engine.verify_audit().ok
@@ -254,10 +277,7 @@ def test_8_not_approved(hub: HubServer) -> None:
     assert count(hub, "SELECT count(*) FROM dispatch") == 0
     assert count(hub, "SELECT count(*) FROM hermes_job") == 0
     job, binding = dispatched_job(hub)
-    conn = sqlite3.connect(hub.settings.sqlite_path)
-    conn.execute("UPDATE task SET state = 'APPROVED' WHERE id = ?", (binding["task"],))
-    conn.commit()
-    conn.close()
+    raw_sql(hub.settings, "UPDATE task SET state = 'APPROVED' WHERE id = ?", binding["task"])
     response = Worker.of(hub, job, binding, "worker-a").claim()
     assert (response.status_code, code(response)) == (409, "not_approved")
     assert job_row(hub, job)["state"] == "QUEUED"
@@ -271,13 +291,10 @@ def test_8_not_approved(hub: HubServer) -> None:
 @pytest.mark.parametrize("tamper", ["delete", "alter"])
 def test_9_dispatch_first(hub: HubServer, tamper: str) -> None:
     job, binding = dispatched_job(hub)
-    conn = sqlite3.connect(hub.settings.sqlite_path)
     if tamper == "delete":
-        conn.execute("DELETE FROM dispatch WHERE id = ?", (binding["dispatch"],))
+        raw_sql(hub.settings, "DELETE FROM dispatch WHERE id = ?", binding["dispatch"])
     else:
-        conn.execute("UPDATE dispatch SET run_id = 'run_other' WHERE id = ?", (binding["dispatch"],))
-    conn.commit()
-    conn.close()
+        raw_sql(hub.settings, "UPDATE dispatch SET run_id = 'run_other' WHERE id = ?", binding["dispatch"])
     before = job_row(hub, job)
     response = Worker.of(hub, job, binding, "worker-a").claim()
     assert response.status_code == 409
@@ -470,7 +487,7 @@ def test_22_keys_survive_restart(hub: HubServer) -> None:
 
 
 @pytest.mark.parametrize("fault_at", ["evidence_insert", "reconciliation_insert", "commit"])
-def test_23_crash_atomicity(hub: HubServer, fault_at: str) -> None:
+def test_23_crash_atomicity(hub: HubServer, fault_at: str, backend_database: BackendDatabase) -> None:
     job, binding = dispatched_job(hub)
     w = Worker.of(hub, job, binding, "worker-a")
     w.claim()
@@ -481,7 +498,7 @@ def test_23_crash_atomicity(hub: HubServer, fault_at: str) -> None:
     def fault(query: str) -> None:
         seen.append(query)
         if query == fault_at and "job_finish" in seen:  # the job UPDATE of a complete
-            raise sqlite3.OperationalError("disk I/O error (injected)")
+            raise backend_database.driver_error("disk I/O error (injected)")
 
     store.fault_hook = fault  # type: ignore[attr-defined]
     failed = w.complete(key="crash")
@@ -540,7 +557,7 @@ def test_24_orchestrator_authority(hub: HubServer, monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.parametrize("fault_at", ["audit_insert", "evidence_insert"])
-def test_25_fail_closed_audit(hub: HubServer, fault_at: str) -> None:
+def test_25_fail_closed_audit(hub: HubServer, fault_at: str, backend_database: BackendDatabase) -> None:
     job, binding = dispatched_job(hub)
     w = Worker.of(hub, job, binding, "worker-a")
     w.claim()
@@ -548,7 +565,7 @@ def test_25_fail_closed_audit(hub: HubServer, fault_at: str) -> None:
 
     def fault(query: str) -> None:
         if query == fault_at:
-            raise sqlite3.OperationalError("audit insert failed (injected)")
+            raise backend_database.driver_error("audit insert failed (injected)")
 
     hub.hub.store.fault_hook = fault  # type: ignore[attr-defined]
     response = w.post("start", key="start-1")

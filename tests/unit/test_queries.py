@@ -12,7 +12,7 @@ import pytest
 from talaria.store import migrations
 from talaria.store.queries import Query, load, parse
 
-DIALECTS = ["sqlite"]
+DIALECTS = ["sqlite", "postgresql"]
 
 
 def sql_files(dialect: str) -> dict[str, str]:
@@ -156,3 +156,32 @@ def test_leading_comments_and_blank_lines_are_fine() -> None:
 def test_a_multi_line_body_is_kept_whole() -> None:
     (query,) = parse("job", "-- name: job_get\n-- One job.\nSELECT *\nFROM hermes_job\nWHERE id = :id\n")
     assert query.sql == "SELECT *\nFROM hermes_job\nWHERE id = :id"
+
+
+# ---------------------------------------------------------------- both dialects (scale.md 2.2)
+
+_PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+
+
+def test_every_sqlite_query_exists_in_postgresql_with_the_same_parameters() -> None:
+    """Shared code names a query once for both backends: each SQLite name exists on PostgreSQL, with the same
+    description and parameters (PostgreSQL may add names of its own)."""
+    sqlite, postgresql = load("sqlite"), load("postgresql")
+    assert sorted(set(sqlite) - set(postgresql)) == []
+    for name, query in sqlite.items():
+        other = postgresql[name]
+        assert other.description == query.description, name
+        assert set(_PARAM.findall(other.sql)) == set(_PARAM.findall(query.sql)), name
+
+
+def test_both_dialects_have_the_same_migration_steps() -> None:
+    for set_name in migrations.SETS:
+        sqlite = [(m.version, m.name) for m in migrations.available("sqlite", set_name)]
+        assert [(m.version, m.name) for m in migrations.available("postgresql", set_name)] == sqlite
+
+
+def test_every_postgresql_step_says_whether_it_is_additive() -> None:
+    """Scale.md 2.5: the first line of every up step is ``-- additive: true|false``."""
+    for set_name in migrations.SETS:
+        for migration in migrations.available("postgresql", set_name):
+            assert migration.up.splitlines()[0] in ("-- additive: true", "-- additive: false"), migration.name

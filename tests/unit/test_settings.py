@@ -119,8 +119,54 @@ def test_every_key_of_the_settings_table_is_known() -> None:
         "database.url",
         "storage.sqlite_busy_timeout_ms",
         "storage.sqlite_wal_limit_bytes",
+        # scale.md 2.1
+        "database.pool_min",
+        "database.pool_max",
+        "database.pool_timeout_ms",
+        "database.statement_timeout_ms",
+        "database.listen",
+        "database.wake_fallback_ms",
+        "database.max_clock_skew_ms",
+        "audit.seal_interval_ms",
     }
     assert spec_keys <= set(KEYS)
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://u@db.example/talaria", "postgres://u:pw@127.0.0.1:5432/t?sslmode=require"]
+)
+def test_a_postgresql_url_is_accepted_and_never_shown(url: str) -> None:
+    s = load_settings(environ={"TALARIA_DATABASE_URL": url})
+    assert s.database_url == url
+    assert url not in repr(s)
+
+
+@pytest.mark.parametrize("url", ["mysql://u@db/t", "sqlite:///x.db", "postgresql:/nothing"])
+def test_another_database_scheme_is_refused_naming_the_key(url: str) -> None:
+    message = refused(environ={"TALARIA_DATABASE_URL": url})
+    assert message.startswith("database.url") and url not in message
+
+
+@pytest.mark.parametrize(
+    ("key", "low", "high"),
+    [("database.wake_fallback_ms", 100, 2000), ("database.max_clock_skew_ms", 100, 60_000),
+     ("audit.seal_interval_ms", 10, 5000)],
+)  # fmt: skip
+def test_database_ranges_hold_at_their_edges(key: str, low: int, high: int) -> None:
+    env = "TALARIA_" + key.upper().replace(".", "_")
+    for value in (low, high):
+        load_settings(environ={env: str(value)})
+    for value in (low - 1, high + 1):
+        assert refused(environ={env: str(value)}).startswith(key)
+
+
+@pytest.mark.parametrize(("pool_min", "pool_max", "ok"), [(1, 1, True), (2, 10, True), (0, 10, False), (5, 4, False)])
+def test_the_pool_sizes_need_one_at_least_and_min_at_most_max(pool_min: int, pool_max: int, ok: bool) -> None:
+    environ = {"TALARIA_DATABASE_POOL_MIN": str(pool_min), "TALARIA_DATABASE_POOL_MAX": str(pool_max)}
+    if ok:
+        assert load_settings(environ=environ).database_pool_max == pool_max
+    else:
+        assert "database.pool_min" in refused(environ=environ)
 
 
 def test_environment_sets_values() -> None:

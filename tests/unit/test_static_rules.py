@@ -247,6 +247,17 @@ def test_sqlite3_is_imported_only_by_the_sqlite_store() -> None:
     assert importers == ["talaria/runner/receipts.py", "talaria/store/sqlite.py"]
 
 
+def test_psycopg_is_imported_only_by_the_postgresql_store() -> None:
+    """Scale.md 2.2: psycopg and its pool are the PostgreSQL backend's alone (its driver errors end there)."""
+    importers = sorted(
+        rel(path)
+        for path in python_files()
+        if any(m.split(".")[0] in ("psycopg", "psycopg_pool") for m in _imported_modules(path))
+    )
+    assert importers
+    assert all(name.startswith("talaria/store/postgres/") for name in importers), importers
+
+
 # ---------------------------------------------------------------- (d) time comes from the clock
 
 CLOCK_FREE = ("lifecycle", "store", "hub", "accounts")

@@ -88,7 +88,7 @@ class Hub:
 def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None) -> Hub:
     """Open the store, apply pending migrations, run start-up recovery (lifecycle.md 10)."""
     timings = timings or HubTimings()
-    store = open_store(settings)  # creates or tightens the data directory (0700, files 0600)
+    store = open_store(settings, hub=True)  # creates or tightens the data directory (0700, files 0600)
     try:
         applied = migrations.upgrade(store)
         if applied:

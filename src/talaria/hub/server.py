@@ -19,6 +19,7 @@ from talaria.hub.app import create_app
 from talaria.hub.resources import open_hub
 from talaria.lifecycle.recovery import RecoveryError
 from talaria.settings import Settings
+from talaria.store.open import check_database
 
 
 class HubUvicorn(uvicorn.Server):
@@ -73,6 +74,11 @@ def run_hub(settings: Settings, *, clock: Clock | None = None, out: TextIO = sys
 
     Order (lifecycle.md 10): bind (not listen), open the store, migrate, recover, then serve; the
     listener opens only when all of that succeeded."""
+    try:
+        check_database(settings)  # a wrong, unreachable or driverless database.url stops the hub before it binds
+    except TalariaError as exc:
+        print(f"talaria hub: {exc.message}", file=sys.stderr)
+        return 1
     try:
         sock = bind(settings.hub_host, settings.hub_port)
     except OSError as exc:

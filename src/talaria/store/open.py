@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from talaria.errors import StoreUnavailable
 from talaria.settings import Settings
 from talaria.store import data_dir as modes
 from talaria.store.interface import Store
 from talaria.store.sqlite import SQLiteStore
 
 SQLITE_NAME = "talaria.sqlite3"
+MISSING_DRIVER = "database.url names PostgreSQL but its driver is missing: pip install 'talaria[postgresql]'"
 
 
 def open_sqlite(data_dir: Path, *, busy_timeout_ms: int = 5000, wal_limit_bytes: int = 67_108_864) -> SQLiteStore:
@@ -27,9 +29,51 @@ def open_sqlite(data_dir: Path, *, busy_timeout_ms: int = 5000, wal_limit_bytes:
     return store
 
 
-def open_store(settings: Settings) -> Store:
-    return open_sqlite(
-        settings.data_dir,
-        busy_timeout_ms=settings.storage_sqlite_busy_timeout_ms,
-        wal_limit_bytes=settings.storage_sqlite_wal_limit_bytes,
+def open_store(settings: Settings, *, application_name: str = "talaria", hub: bool = False) -> Store:
+    """The store ``database.url`` names: empty, the SQLite file of the data directory; else PostgreSQL (the
+    ``talaria[postgresql]`` extra), reached and checked here so that a hub stops before it binds, with one line.
+    ``hub``: the store of a running hub, which on PostgreSQL holds the one-hub lock of this release (ADR 0041)."""
+    if not settings.database_url:
+        return open_sqlite(
+            settings.data_dir,
+            busy_timeout_ms=settings.storage_sqlite_busy_timeout_ms,
+            wal_limit_bytes=settings.storage_sqlite_wal_limit_bytes,
+        )
+    return open_postgres(settings, application_name=application_name, hub=hub)
+
+
+def check_database(settings: Settings) -> None:
+    """Before a hub binds (scale.md 6.2): on PostgreSQL, the driver is installed and the server answers (15 or
+    newer); else ``StoreUnavailable`` with one line. Nothing to check for SQLite."""
+    if not settings.database_url:
+        return
+    try:
+        from talaria.store.postgres.admin import check_server
+    except ImportError as exc:
+        raise StoreUnavailable(MISSING_DRIVER) from exc
+    check_server(settings.database_url)
+
+
+def open_postgres(settings: Settings, *, application_name: str = "talaria", hub: bool = False) -> Store:
+    check_database(settings)
+    from talaria.store.postgres.admin import single_hub_lock
+    from talaria.store.postgres.store import PoolSettings, PostgresStore
+
+    modes.prepare(settings.data_dir)  # the key files live there until they become rows (scale.md 1)
+    pool = PoolSettings(
+        pool_min=settings.database_pool_min,
+        pool_max=settings.database_pool_max,
+        pool_timeout_ms=settings.database_pool_timeout_ms,
+        statement_timeout_ms=settings.database_statement_timeout_ms,
+        application_name=application_name,
     )
+    lock = single_hub_lock(settings.database_url) if hub else None
+    try:
+        store = PostgresStore(settings.database_url, pool)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    if lock is not None:
+        store.on_close(lock.release)
+    return store

@@ -1,0 +1,10 @@
+DROP TABLE audit_head;
+DROP TRIGGER audit_event_no_truncate ON audit_event;
+DROP TRIGGER audit_event_no_change ON audit_event;
+DROP FUNCTION audit_event_append_only();
+DROP TABLE audit_event;
+DROP TABLE dispatch;
+DROP TABLE task;
+DROP TABLE web_session;
+DROP TABLE account;
+DROP TABLE tenant;

@@ -1,0 +1,12 @@
+DROP INDEX chat_approval_by_turn;
+DROP TABLE chat_approval;
+DROP INDEX chat_attachment_by_message;
+DROP INDEX chat_attachment_by_conversation;
+DROP TABLE chat_attachment;
+DROP INDEX chat_message_by_turn;
+DROP TABLE chat_message;
+DROP INDEX chat_turn_by_key;
+DROP INDEX chat_turn_unended;
+DROP INDEX chat_turn_by_conversation;
+DROP INDEX chat_turn_one_live;
+DROP TABLE chat_turn;

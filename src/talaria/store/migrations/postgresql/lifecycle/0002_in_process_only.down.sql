@@ -1,0 +1,1 @@
+ALTER TABLE hermes_job DROP COLUMN in_process_only;

@@ -1,0 +1,10 @@
+DROP TABLE team_evidence;
+DROP TABLE team_request;
+DROP TABLE team_delivery;
+DROP TABLE member_session;
+DROP TABLE assignment_run;
+DROP TABLE assignment;
+DROP TABLE goal;
+DROP TABLE team_member;
+DROP TABLE team;
+DROP TABLE bot_team;

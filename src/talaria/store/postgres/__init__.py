@@ -1,0 +1,1 @@
+"""The PostgreSQL backend (scale.md 2): the only package that imports psycopg."""

@@ -1,0 +1,189 @@
+"""The PostgreSQL store (scale.md 2.2): pooled synchronous psycopg connections, READ COMMITTED writes, REPEATABLE
+READ read-only snapshots, client-side parameter binding.
+
+Driver errors become ``StoreUnavailable`` here, as in the SQLite backend: a failed statement, a lost connection, a
+statement timeout or no pool connection in time all roll the transaction back and answer 503, never a partial
+effect. Queries are ``sql/postgresql/<entity>.sql`` in the shared ``:name`` style (``params.to_psycopg``).
+
+Until the replica work of scale.md 3 lands, one hub process uses a database (``single_hub_lock``) and this store
+serialises its own write transactions in process, so the code written for SQLite's one writer keeps its meaning
+(ADR 0041).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import psycopg_pool
+import structlog
+
+from talaria.errors import StoreUnavailable, TalariaError
+from talaria.store.interface import FaultHook, Row
+from talaria.store.postgres.params import to_psycopg
+from talaria.store.queries import load
+
+log = structlog.get_logger("talaria.store")
+
+MIN_SERVER_VERSION = 150000
+_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
+_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"  # a consistent snapshot, as the contract says
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    pool_min: int = 2
+    pool_max: int = 10
+    pool_timeout_ms: int = 5000
+    statement_timeout_ms: int = 15000
+    application_name: str = "talaria"
+
+
+class _PostgresTx:
+    def __init__(self, cur: psycopg.ClientCursor[Any], queries: dict[str, str], fault: FaultHook | None) -> None:
+        self._cur = cur
+        self._queries = queries
+        self._fault = fault
+
+    def _execute(self, query: str, params: dict[str, Any]) -> psycopg.ClientCursor[Any]:
+        if self._fault is not None:
+            self._fault(query)
+        self._cur.execute(self._queries[query], params)
+        return self._cur
+
+    def one(self, query: str, /, **params: Any) -> Row | None:
+        cur = self._execute(query, params)
+        if cur.description is None:
+            return None
+        row = cur.fetchone()
+        if row is None:
+            return None
+        return {d.name: v for d, v in zip(cur.description, row, strict=True)}
+
+    def all(self, query: str, /, **params: Any) -> list[Row]:
+        cur = self._execute(query, params)
+        if cur.description is None:
+            return []
+        names = [d.name for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def run(self, query: str, /, **params: Any) -> int:
+        return self._execute(query, params).rowcount
+
+    def script(self, sql: str, /) -> None:
+        self._cur.execute(sql)  # no parameters: the whole file in one simple-protocol round trip
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    conn.autocommit = True  # transactions are BEGIN ... COMMIT sent here, as on SQLite
+
+
+class PostgresStore:
+    """A hub's PostgreSQL store; ``url`` is a libpq URL (its password is never logged: ``safe_url``)."""
+
+    dialect = "postgresql"
+
+    def __init__(self, url: str, settings: PoolSettings | None = None) -> None:
+        self.settings = settings or PoolSettings()
+        self._url = url
+        self._queries = {name: to_psycopg(q.sql) for name, q in load("postgresql").items()}
+        self._write_lock = threading.Lock()
+        self._closed = False
+        self._on_close: list[Callable[[], None]] = []
+        self.fault_hook: FaultHook | None = None
+        s = self.settings
+        options = (f"-c statement_timeout={int(s.statement_timeout_ms)} "
+                   "-c idle_in_transaction_session_timeout=60000 -c TimeZone=UTC")  # fmt: skip
+        self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] = psycopg_pool.ConnectionPool(
+            url,
+            min_size=s.pool_min,
+            max_size=s.pool_max,
+            timeout=s.pool_timeout_ms / 1000,
+            kwargs={"options": options, "application_name": s.application_name},
+            configure=_configure,
+            open=False,
+            name="talaria",
+        )
+        try:
+            self._pool.open(wait=True, timeout=s.pool_timeout_ms / 1000)
+        except psycopg_pool.PoolTimeout as exc:
+            self._pool.close()
+            raise StoreUnavailable(f"cannot connect to the PostgreSQL database at {safe_url(url)}") from exc
+
+    @contextmanager
+    def _transaction(self, begin: str, kind: str, fault: FaultHook | None) -> Iterator[_PostgresTx]:
+        if self._closed:
+            raise StoreUnavailable("the store is closed")
+        try:
+            with self._pool.connection() as conn:
+                cur = psycopg.ClientCursor(conn)
+                try:
+                    cur.execute(begin)
+                    yield _PostgresTx(cur, self._queries, fault)
+                    if fault is not None:
+                        fault("commit")
+                    cur.execute("COMMIT")
+                except BaseException:
+                    self._rollback(conn)
+                    raise
+        except psycopg_pool.PoolTimeout as exc:
+            log.warning("store_pool_timeout", timeout_ms=self.settings.pool_timeout_ms)
+            raise StoreUnavailable() from exc
+        except psycopg.Error as exc:
+            log.warning(f"store_{kind}_failed", error=type(exc).__name__, sqlstate=exc.sqlstate)
+            raise StoreUnavailable() from exc
+
+    @staticmethod
+    def _rollback(conn: psycopg.Connection[Any]) -> None:
+        try:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")
+        except psycopg.Error as exc:  # the connection is unusable: the pool discards it
+            log.error("store_rollback_failed", error=type(exc).__name__)
+
+    @contextmanager
+    def write(self) -> Iterator[_PostgresTx]:
+        with self._write_lock, self._transaction(_WRITE, "write", self.fault_hook) as tx:
+            yield tx
+
+    @contextmanager
+    def read(self) -> Iterator[_PostgresTx]:
+        with self._transaction(_READ, "read", None) as tx:
+            yield tx
+
+    def ping(self) -> bool:
+        try:
+            with self.read() as tx:
+                return tx.one("schema_ping") is not None
+        except TalariaError:
+            return False
+
+    def maintain(self) -> None:
+        """Nothing: autovacuum keeps the tables (scale.md 2.3)."""
+
+    def on_close(self, release: Callable[[], None]) -> None:
+        """Run ``release`` (say, ending the one-hub lock's session) when the store closes."""
+        self._on_close.append(release)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.close()
+        for release in self._on_close:
+            release()
+
+
+def safe_url(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.Error:
+        return "(an unparsable database.url)"
+    host = info.get("host", "")
+    where = f"{info.get('user', '')}@{host}:{info.get('port', '5432')}" if host else "the default socket"
+    return f"postgresql://{where}/{info.get('dbname', '')}"

@@ -1,0 +1,22 @@
+-- name: runner_insert
+-- Register a runner (enabled) for a source.
+INSERT INTO runner (id, tenant, name, source, allowed_profiles, token_hash, enabled, server_url, hermes_url,
+                    artifact_roots, allow_insecure_lan, created_at)
+VALUES (:id, :tenant, :name, :source, :allowed_profiles, :token_hash, 1, :server_url, :hermes_url,
+        :artifact_roots, :allow_insecure_lan::int, :now)
+
+-- name: runner_get
+-- One runner by id (any tenant: the machine API knows only the id).
+SELECT * FROM runner WHERE id = :id
+
+-- name: runner_list
+-- Every runner of a tenant, disabled ones included, oldest first.
+SELECT * FROM runner WHERE tenant = :tenant ORDER BY created_at, id
+
+-- name: runner_enabled_for_source
+-- The enabled runner of a source, if any.
+SELECT * FROM runner WHERE tenant = :tenant AND source = :source AND enabled = 1
+
+-- name: runner_disable
+-- Disable a runner for good (there is no re-enable).
+UPDATE runner SET enabled = 0, disabled_at = :now WHERE id = :id AND enabled = 1

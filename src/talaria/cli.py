@@ -191,6 +191,8 @@ def cmd_db(args: argparse.Namespace) -> int:
                     else "newer than this release"
                 )
                 print(f"{name}: version {have[name]} of {want[name]} ({state})")
+            if settings.database_url:
+                print(_postgres_status(settings.database_url))
         elif args.action == "upgrade":
             applied = migrations.upgrade(store)
             for item in applied:
@@ -208,6 +210,15 @@ def cmd_db(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return 0
+
+
+def _postgres_status(url: str) -> str:
+    """Scale.md 5's extra ``db status`` line on PostgreSQL: the server and whether a hub holds the database."""
+    from talaria.store.postgres.admin import check_server, hub_running
+
+    version = check_server(url)
+    hub = "a hub is running on it" if hub_running(url) else "no hub is running on it"
+    return f"server: PostgreSQL {version // 10000}.{version % 10000}; {hub}"
 
 
 def _hub_running(url: str) -> bool:

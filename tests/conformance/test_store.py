@@ -733,3 +733,38 @@ def test_sqlite_store_files_live_in_the_given_place(sqlite_store: SQLiteStore, t
     assert sqlite_store.path == tmp_path / "talaria.sqlite3"
     assert sqlite_store.path.exists()
     assert sqlite_store.dialect == "sqlite"
+
+
+# ---------------------------------------------------------------- rolling upgrades (scale.md 2.5)
+
+
+def steps(store: Any) -> list[tuple[str, int, int]]:
+    with store.read() as tx:
+        return [(r["migration_set"], r["version"], r["additive"]) for r in tx.all("schema_step_list")]
+
+
+def a_newer_step(store: Any, set_name: str, additive: bool) -> None:
+    """What a newer release's upgrade leaves: one more version of ``set_name``, recorded with its kind."""
+    version = ALL[set_name] + 1
+    with store.write() as tx:
+        tx.run("schema_version_set", migration_set=set_name, version=version)
+        tx.run("schema_step_set", migration_set=set_name, version=version, additive=int(additive))
+
+
+def test_each_applied_step_is_recorded_with_its_kind_and_forgotten_when_reverted(store: Any) -> None:
+    recorded = steps(store)
+    expected = [(name, m.version, int(m.additive)) for name in sorted(migrations.SETS)
+                for m in migrations.available("sqlite", name)]  # fmt: skip
+    assert recorded == expected
+    assert ("core", 4, 0) in recorded
+    migrations.downgrade(store, "team", 0)
+    assert [s for s in steps(store) if s[0] == "team"] == []
+    assert migrations.newer_steps(store) == []
+
+
+def test_a_newer_additive_step_is_tolerated_and_a_newer_other_one_is_not(store: Any) -> None:
+    a_newer_step(store, "lifecycle", additive=True)
+    assert migrations.newer_steps(store) == [("lifecycle", LIFECYCLE + 1, True)]
+    assert migrations.pending(store) == {}
+    a_newer_step(store, "team", additive=False)
+    assert ("team", TEAM + 1, False) in migrations.newer_steps(store)

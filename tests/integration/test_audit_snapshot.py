@@ -107,6 +107,9 @@ class HookedStore:
     def ping(self) -> bool:
         return self._store.ping()
 
+    def migrating(self) -> AbstractContextManager[None]:
+        return self._store.migrating()
+
     def maintain(self) -> None:
         self._store.maintain()
 

@@ -4,6 +4,7 @@ holds it."""
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +35,10 @@ def test_db_admin_and_audit_commands_work_on_the_database_url(tmp_path: Path, ur
     total = sum(len(migrations.available("postgresql", name)) for name in migrations.SETS)
     assert upgraded.stdout.splitlines()[-1] == f"{total} migration(s) applied"
     status = talaria("db", "status", cwd=tmp_path, env=env)
-    assert status.returncode == 0 and all(line.endswith("(up to date)") for line in status.stdout.splitlines())
+    assert status.returncode == 0, status.stderr
+    *sets, server = status.stdout.splitlines()
+    assert len(sets) == len(migrations.SETS) and all(line.endswith("(up to date)") for line in sets)
+    assert re.fullmatch(r"server: PostgreSQL 1[5-9]\.\d+; no hub is running on it", server), server
     created = talaria("admin", "create-user", "--username", "olga", "--role", "admin", cwd=tmp_path,
                       stdin=PASSWORD + "\n", env=env)  # fmt: skip
     assert created.returncode == 0, created.stderr
@@ -59,6 +63,8 @@ def test_downgrade_is_refused_while_a_hub_uses_the_database(tmp_path: Path, url:
     hub = HubProcess(tmp_path, ["--port", "0"], env)
     try:
         hub.ready()
+        status = talaria("db", "status", cwd=tmp_path, env=env)
+        assert status.stdout.splitlines()[-1].endswith("; a hub is running on it")
         refused = talaria("db", "downgrade", "--set", "team", "--to", "0", "--yes", cwd=tmp_path, env=env)
         assert refused.returncode == 1
         assert refused.stderr.strip() == "talaria db downgrade: a hub uses this database; stop every replica first"

@@ -93,6 +93,7 @@ def test_names_the_engine_relies_on_exist() -> None:
 def _migrated_memory_db(dialect: str) -> sqlite3.Connection:
     conn = sqlite3.connect(":memory:")
     conn.execute(load(dialect)["schema_version_create"].sql)
+    conn.execute(load(dialect)["schema_step_create"].sql)
     for set_name in migrations.SETS:
         for migration in migrations.available(dialect, set_name):
             conn.executescript(migration.up)
@@ -180,8 +181,12 @@ def test_both_dialects_have_the_same_migration_steps() -> None:
         assert [(m.version, m.name) for m in migrations.available("postgresql", set_name)] == sqlite
 
 
-def test_every_postgresql_step_says_whether_it_is_additive() -> None:
-    """Scale.md 2.5: the first line of every up step is ``-- additive: true|false``."""
+def test_every_step_says_whether_it_is_additive_and_both_dialects_agree() -> None:
+    """Scale.md 2.5: the first line of every up step is ``-- additive: true|false``, the same in both dialects."""
     for set_name in migrations.SETS:
-        for migration in migrations.available("postgresql", set_name):
-            assert migration.up.splitlines()[0] in ("-- additive: true", "-- additive: false"), migration.name
+        sqlite = migrations.available("sqlite", set_name)
+        postgresql = migrations.available("postgresql", set_name)
+        for lite, pg in zip(sqlite, postgresql, strict=True):
+            assert lite.up.splitlines()[0] == pg.up.splitlines()[0], (set_name, lite.name)
+            assert lite.additive == pg.additive
+    assert not migrations.available("sqlite", "core")[3].additive  # 0004 adds a rule older writes break

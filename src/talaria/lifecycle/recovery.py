@@ -41,9 +41,11 @@ def recover(ctx: Context) -> RecoveryReport:
             + ", ".join(f"{name}: {n} pending" for name, n in missing.items())
             + "); run: talaria db upgrade"
         )
-    newer = migrations.ahead(ctx.store)
+    newer = migrations.newer_steps(ctx.store)
+    if any(not additive for _, _, additive in newer):
+        raise RecoveryError("a newer release changed the schema; upgrade this replica")
     if newer:
-        log.warning("database_newer_than_release", versions=newer)
+        log.warning("database_newer_than_release", versions=migrations.ahead(ctx.store))
     with ctx.store.read() as tx:
         head = tx.one("audit_head_get")
         undispatched = tx.all("task_approved_undispatched")

@@ -51,6 +51,11 @@ class Store(Protocol):
         """True when the store answers a trivial query."""
         ...
 
+    def migrating(self) -> AbstractContextManager[None]:
+        """Held while migrations are applied, so that processes upgrading at once apply each step once (scale.md
+        2.5: a session advisory lock on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` per step is all it has)."""
+        ...
+
     def maintain(self) -> None:
         """Periodic upkeep run by the reaper (the SQLite WAL guard)."""
         ...

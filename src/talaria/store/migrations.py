@@ -4,7 +4,9 @@ Files: ``migrations/<dialect>/<set>/NNNN_<name>.up.sql`` and ``.down.sql``. Sets
 (tenants, accounts, sessions, tasks, dispatches, audit, chat), ``lifecycle`` (jobs and their records) and ``team``
 (team tools' domain, team-tools.md 3.6: it references core only and nothing references it, so it can be removed
 alone). Versions are
-tracked in ``schema_version(migration_set, version)``. Each step runs in one write transaction.
+tracked in ``schema_version(migration_set, version)``, and each applied step in ``schema_step`` with whether it is
+additive (the first line of its up file, ``-- additive: true|false``, scale.md 2.5): a release finding a newer step
+that is not additive refuses to run on the database. Each step runs in one write transaction.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from talaria.store.interface import Store
 
 SETS = ("core", "lifecycle", "team")
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.(up|down)\.sql$")
+_ADDITIVE = {"-- additive: true": True, "-- additive: false": False}
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,12 @@ class Migration:
     name: str
     up: str
     down: str
+
+    @property
+    def additive(self) -> bool:
+        """Whether an older release may keep running on a database with this step (removals and renames, or new
+        rules its writes break, are not); from the up file's first line."""
+        return _ADDITIVE[self.up.splitlines()[0]]
 
 
 def available(dialect: str, set_name: str) -> list[Migration]:
@@ -43,6 +52,8 @@ def available(dialect: str, set_name: str) -> list[Migration]:
     for expected, version in enumerate(sorted(parts), start=1):
         if version != expected or set(parts[version]) != {"up", "down"}:
             raise ValueError(f"{dialect}/{set_name}: migration {version:04d} is missing or incomplete")
+        if parts[version]["up"].splitlines()[:1] not in ([line] for line in _ADDITIVE):
+            raise ValueError(f"{dialect}/{set_name}: migration {version:04d} must start with -- additive: true|false")
         out.append(Migration(set_name, version, names[version], parts[version]["up"], parts[version]["down"]))
     return out
 
@@ -51,6 +62,7 @@ def current(store: Store) -> dict[str, int]:
     """The applied version of each set (0 when never applied)."""
     with store.write() as tx:
         tx.run("schema_version_create")
+        tx.run("schema_step_create")
     with store.read() as tx:
         rows = tx.all("schema_version_list")
     versions = {name: 0 for name in SETS}
@@ -65,13 +77,22 @@ def latest(store: Store) -> dict[str, int]:
 def upgrade(store: Store, set_name: str | None = None) -> list[str]:
     """Apply every pending migration (of one set, or of all); returns what was applied."""
     applied: list[str] = []
-    for name in [set_name] if set_name else list(SETS):
-        have = current(store)[name]
-        for migration in available(store.dialect, name)[have:]:
-            with store.write() as tx:
-                tx.script(migration.up)
-                tx.run("schema_version_set", migration_set=name, version=migration.version)
-            applied.append(f"{name} {migration.version:04d}_{migration.name}")
+    with store.migrating():
+        for name in [set_name] if set_name else list(SETS):
+            applied += _upgrade_set(store, name)
+    return applied
+
+
+def _upgrade_set(store: Store, name: str) -> list[str]:
+    applied: list[str] = []
+    have = current(store)[name]
+    for migration in available(store.dialect, name)[have:]:
+        with store.write() as tx:
+            tx.script(migration.up)
+            tx.run("schema_version_set", migration_set=name, version=migration.version)
+            tx.run("schema_step_set", migration_set=name, version=migration.version,
+                   additive=int(migration.additive))  # fmt: skip
+        applied.append(f"{name} {migration.version:04d}_{migration.name}")
     return applied
 
 
@@ -91,6 +112,7 @@ def downgrade(store: Store, set_name: str, to_version: int) -> list[str]:
         with store.write() as tx:
             tx.script(migration.down)
             tx.run("schema_version_set", migration_set=set_name, version=migration.version - 1)
+            tx.run("schema_step_delete", migration_set=set_name, version=migration.version)
         undone.append(f"{set_name} {migration.version:04d}_{migration.name}")
     return undone
 
@@ -108,3 +130,14 @@ def ahead(store: Store) -> dict[str, int]:
     """Sets whose stored version is newer than this release knows."""
     have, want = current(store), latest(store)
     return {name: have[name] for name in SETS if have[name] > want[name]}
+
+
+def newer_steps(store: Store) -> list[tuple[str, int, bool]]:
+    """Steps a newer release applied that this one does not know: (set, version, additive). A step recorded by no
+    release (a database older than ``schema_step``) counts as additive."""
+    want = latest(store)
+    have = current(store)
+    with store.read() as tx:
+        recorded = {(r["migration_set"], r["version"]): bool(r["additive"]) for r in tx.all("schema_step_list")}
+    return [(name, version, recorded.get((name, version), True))
+            for name in SETS for version in range(want[name] + 1, have[name] + 1)]  # fmt: skip

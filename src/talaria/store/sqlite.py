@@ -185,6 +185,11 @@ class SQLiteStore:
         except TalariaError:
             return False
 
+    @contextmanager
+    def migrating(self) -> Iterator[None]:
+        """Nothing more than each step's ``BEGIN IMMEDIATE``: one hub per data directory."""
+        yield
+
     def maintain(self) -> None:
         """WAL guard: truncate the ``-wal`` file once it exceeds the configured size."""
         wal = Path(str(self.path) + "-wal")

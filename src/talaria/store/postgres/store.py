@@ -12,6 +12,7 @@ serialises its own write transactions in process, so the code written for SQLite
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,6 +31,8 @@ from talaria.store.queries import load
 log = structlog.get_logger("talaria.store")
 
 MIN_SERVER_VERSION = 150000
+# pg_advisory_lock key held while migrations are applied: the bytes of "talariaM" as a bigint
+MIGRATION_KEY = int.from_bytes(b"talariaM", "big", signed=True)
 _WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
 _READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"  # a consistent snapshot, as the contract says
 
@@ -161,6 +164,22 @@ class PostgresStore:
                 return tx.one("schema_ping") is not None
         except TalariaError:
             return False
+
+    @contextmanager
+    def migrating(self) -> Iterator[None]:
+        """A session advisory lock on a connection of its own while migrations are applied (scale.md 2.5)."""
+        try:
+            conn = psycopg.connect(self._url, autocommit=True, application_name="talaria/migrations",
+                                   connect_timeout=max(1, self.settings.pool_timeout_ms // 1000))  # fmt: skip
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"cannot connect to the PostgreSQL database at {safe_url(self._url)}") from exc
+        try:
+            conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_KEY,))
+            yield
+        finally:
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_KEY,))
+            conn.close()
 
     def maintain(self) -> None:
         """Nothing: autovacuum keeps the tables (scale.md 2.3)."""

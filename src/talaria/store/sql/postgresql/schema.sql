@@ -18,12 +18,34 @@ SELECT migration_set, version FROM schema_version ORDER BY migration_set
 INSERT INTO schema_version (migration_set, version) VALUES (:migration_set, :version)
 ON CONFLICT (migration_set) DO UPDATE SET version = excluded.version
 
+-- name: schema_step_create
+-- Create the table of applied steps and whether each is additive (scale.md 2.5) when it does not exist yet.
+CREATE TABLE IF NOT EXISTS schema_step (
+    migration_set TEXT COLLATE "C" NOT NULL,
+    version BIGINT NOT NULL,
+    additive SMALLINT NOT NULL CHECK (additive IN (0, 1)),
+    PRIMARY KEY (migration_set, version)
+)
+
+-- name: schema_step_set
+-- Record one applied step and whether it is additive.
+INSERT INTO schema_step (migration_set, version, additive) VALUES (:migration_set, :version, :additive::int)
+ON CONFLICT (migration_set, version) DO UPDATE SET additive = excluded.additive
+
+-- name: schema_step_delete
+-- Forget one reverted step.
+DELETE FROM schema_step WHERE migration_set = :migration_set AND version = :version
+
+-- name: schema_step_list
+-- Every recorded step, by set and version.
+SELECT migration_set, version, additive FROM schema_step ORDER BY migration_set, version
+
 -- name: schema_tables
 -- The user tables, triggers and indexes of the database, for the schema comparison test.
 WITH cls AS (
     SELECT c.oid, c.relname::text AS relname, c.relkind
     FROM pg_class c
-    WHERE c.relnamespace = current_schema()::regnamespace AND c.relname <> 'schema_version'
+    WHERE c.relnamespace = current_schema()::regnamespace AND c.relname NOT IN ('schema_version', 'schema_step')
 ), objects AS (
     SELECT 'table' AS type, t.relname AS name, t.relname AS tbl_name,
            'CREATE TABLE ' || t.relname || ' (' || concat_ws(', ',

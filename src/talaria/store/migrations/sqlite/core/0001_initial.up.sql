@@ -1,3 +1,4 @@
+-- additive: true
 -- Core set: tenants, accounts, web sessions, tasks, dispatches and the audit chain.
 -- No table here has a foreign key into the lifecycle set (lifecycle.md 9.3).
 CREATE TABLE tenant (

@@ -1,3 +1,4 @@
+-- additive: true
 -- Execution nodes (runner-protocol.md 2): sources outlive runner re-registration; at most one
 -- enabled runner per source within a tenant. Only the token's SHA-256 is stored.
 CREATE TABLE source (

@@ -1,3 +1,4 @@
+-- additive: true
 -- Where a job's Hermes turn is going (the dispatcher issue): written before prompt.submit, so that a
 -- later attempt recovers the turn from Hermes instead of submitting the prompt again. One row per job;
 -- the marker is the same for every attempt.

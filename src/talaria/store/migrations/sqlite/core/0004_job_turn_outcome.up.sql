@@ -1,3 +1,4 @@
+-- additive: false
 -- The job's turn record becomes an explicit state machine (issue 11, defect 9): a finished turn keeps its
 -- outcome and reply, so that an attempt after a hub crash between "turn finished" and the job's terminal
 -- commit finishes the job from the record instead of opening another Hermes session.

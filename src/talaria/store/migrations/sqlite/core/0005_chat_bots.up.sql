@@ -1,3 +1,4 @@
+-- additive: true
 -- Chat, first part (chat.md 2): bots, and the audit columns chat's events are found by.
 CREATE TABLE bot (
     id            TEXT PRIMARY KEY,

@@ -1,3 +1,4 @@
+-- additive: true
 -- Chat, second part (chat.md 2): conversations, each one account's chat with one of its bots.
 CREATE TABLE chat_conversation (
     id                  TEXT PRIMARY KEY,

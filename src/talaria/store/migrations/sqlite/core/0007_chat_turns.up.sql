@@ -1,3 +1,4 @@
+-- additive: true
 -- Chat, third part (chat.md 2): turns, messages, attachments and approvals of conversations.
 CREATE TABLE chat_turn (
     id                    TEXT PRIMARY KEY,

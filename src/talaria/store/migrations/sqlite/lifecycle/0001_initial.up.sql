@@ -1,3 +1,4 @@
+-- additive: true
 -- Lifecycle set: jobs with their lease columns, results, idempotency keys, evidence,
 -- reconciliations and security events. Can be rolled back without touching the core set.
 CREATE TABLE hermes_job (

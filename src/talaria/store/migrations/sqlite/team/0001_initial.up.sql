@@ -1,3 +1,4 @@
+-- additive: true
 -- Team tools (team-tools.md 3): a bot's team permission, teams, goals, assignments and their runs, member sessions,
 -- report-back deliveries, the request ledger and the evidence of tool calls. Removable on its own (3.6): team
 -- tables may reference core (bot, task, account); nothing references them; job ids carry no foreign key.

@@ -81,16 +81,19 @@ class PostgresReader:
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
+_TEMPLATED: set[str] = set()  # servers (by URL) whose template database is migrated
+
+
 def _template(server: PostgresServer) -> str:
     """A database migrated once per server, cloned for each test (``CREATE DATABASE … TEMPLATE``)."""
-    if not getattr(server, "_talaria_template", False):
+    if server.url() not in _TEMPLATED:
         admin.create_database(server.url(), TEMPLATE)
         store = PostgresStore(server.url(TEMPLATE))
         try:
             migrations.upgrade(store)
         finally:
             store.close()
-        server._talaria_template = True  # type: ignore[attr-defined]
+        _TEMPLATED.add(server.url())
     return TEMPLATE
 
 

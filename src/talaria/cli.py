@@ -175,9 +175,12 @@ def cmd_db(args: argparse.Namespace) -> int:
             count = len(migrations.available("sqlite", name))
             print(f"{name}: version 0 of {count} ({count} pending; no database in {data_dir} yet)")
         return 0
-    if args.action == "downgrade" and settings.database_url and _hub_running(settings.database_url):
-        print("talaria db downgrade: a hub uses this database; stop every replica first", file=sys.stderr)
-        return 1
+    if args.action == "downgrade" and settings.database_url:
+        from talaria.store.postgres.admin import hub_running
+
+        if hub_running(settings.database_url):
+            print("talaria db downgrade: a hub uses this database; stop every replica first", file=sys.stderr)
+            return 1
     store = _store_for(args, create=args.action == "upgrade")
     try:
         if args.action == "status":
@@ -219,12 +222,6 @@ def _postgres_status(url: str) -> str:
     version = check_server(url)
     hub = "a hub is running on it" if hub_running(url) else "no hub is running on it"
     return f"server: PostgreSQL {version // 10000}.{version % 10000}; {hub}"
-
-
-def _hub_running(url: str) -> bool:
-    from talaria.store.postgres.admin import hub_running
-
-    return hub_running(url)
 
 
 def cmd_runner(args: argparse.Namespace) -> int:

@@ -534,14 +534,14 @@ ALL = {"core": CORE, "lifecycle": LIFECYCLE, "team": TEAM}
 def test_current_and_latest_versions(make_store: Callable[..., Any]) -> None:
     fresh = make_store("fresh", migrate=False)
     assert migrations.current(fresh) == {"core": 0, "lifecycle": 0, "team": 0}
-    assert migrations.pending(fresh) == ALL
+    assert migrations.schema(fresh).pending == ALL
     applied = migrations.upgrade(fresh)
     assert len(applied) == CORE + LIFECYCLE + TEAM
     assert all(a.startswith("core ") for a in applied[:CORE])
     assert all(a.startswith("lifecycle ") for a in applied[CORE : CORE + LIFECYCLE])
     assert all(a.startswith("team ") for a in applied[CORE + LIFECYCLE :])
     assert migrations.current(fresh) == migrations.latest(fresh) == ALL
-    assert migrations.pending(fresh) == {}
+    assert migrations.schema(fresh).pending == {}
     assert migrations.upgrade(fresh) == []
 
 
@@ -759,12 +759,12 @@ def test_each_applied_step_is_recorded_with_its_kind_and_forgotten_when_reverted
     assert ("core", 4, 0) in recorded
     migrations.downgrade(store, "team", 0)
     assert [s for s in steps(store) if s[0] == "team"] == []
-    assert migrations.newer_steps(store) == []
+    assert migrations.schema(store).newer_steps == []
 
 
 def test_a_newer_additive_step_is_tolerated_and_a_newer_other_one_is_not(store: Any) -> None:
     a_newer_step(store, "lifecycle", additive=True)
-    assert migrations.newer_steps(store) == [("lifecycle", LIFECYCLE + 1, True)]
-    assert migrations.pending(store) == {}
+    assert migrations.schema(store).newer_steps == [("lifecycle", LIFECYCLE + 1, True)]
+    assert migrations.schema(store).pending == {}
     a_newer_step(store, "team", additive=False)
-    assert ("team", TEAM + 1, False) in migrations.newer_steps(store)
+    assert ("team", TEAM + 1, False) in migrations.schema(store).newer_steps

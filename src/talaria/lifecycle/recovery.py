@@ -34,18 +34,19 @@ class RecoveryReport:
 def recover(ctx: Context) -> RecoveryReport:
     principal = ctx.settings.lifecycle_dispatcher_principal
     actor = Actor(principal, frozenset({"runtime"}), "recovery")
-    missing = migrations.pending(ctx.store)
+    schema = migrations.schema(ctx.store)
+    missing = schema.pending
     if missing:
         raise RecoveryError(
             "the database needs migrations ("
             + ", ".join(f"{name}: {n} pending" for name, n in missing.items())
             + "); run: talaria db upgrade"
         )
-    newer = migrations.newer_steps(ctx.store)
+    newer = schema.newer_steps
     if any(not additive for _, _, additive in newer):
         raise RecoveryError("a newer release changed the schema; upgrade this replica")
     if newer:
-        log.warning("database_newer_than_release", versions=migrations.ahead(ctx.store))
+        log.warning("database_newer_than_release", versions=schema.ahead)
     with ctx.store.read() as tx:
         head = tx.one("audit_head_get")
         undispatched = tx.all("task_approved_undispatched")

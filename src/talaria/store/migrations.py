@@ -52,7 +52,7 @@ def available(dialect: str, set_name: str) -> list[Migration]:
     for expected, version in enumerate(sorted(parts), start=1):
         if version != expected or set(parts[version]) != {"up", "down"}:
             raise ValueError(f"{dialect}/{set_name}: migration {version:04d} is missing or incomplete")
-        if parts[version]["up"].splitlines()[:1] not in ([line] for line in _ADDITIVE):
+        if next(iter(parts[version]["up"].splitlines()), "") not in _ADDITIVE:
             raise ValueError(f"{dialect}/{set_name}: migration {version:04d} must start with -- additive: true|false")
         out.append(Migration(set_name, version, names[version], parts[version]["up"], parts[version]["down"]))
     return out
@@ -117,27 +117,38 @@ def downgrade(store: Store, set_name: str, to_version: int) -> list[str]:
     return undone
 
 
-def pending(store: Store) -> dict[str, int]:
-    """Migrations this release has and the database lacks, per set.
+@dataclass(frozen=True)
+class Schema:
+    """The database's versions beside this release's, read once: ``have`` and ``want`` per set, and the steps
+    ``schema_step`` records with whether each is additive."""
 
-    A database ahead of this release (after a release rollback) is not pending: the older release
-    keeps working on the tables it knows (lifecycle.md 9.3)."""
-    have, want = current(store), latest(store)
-    return {name: want[name] - have[name] for name in SETS if want[name] > have[name]}
+    have: dict[str, int]
+    want: dict[str, int]
+    recorded: dict[tuple[str, int], bool]
+
+    @property
+    def pending(self) -> dict[str, int]:
+        """Migrations this release has and the database lacks, per set.
+
+        A database ahead of this release (after a release rollback) is not pending: the older release
+        keeps working on the tables it knows (lifecycle.md 9.3)."""
+        return {name: self.want[name] - self.have[name] for name in SETS if self.want[name] > self.have[name]}
+
+    @property
+    def ahead(self) -> dict[str, int]:
+        """Sets whose stored version is newer than this release knows."""
+        return {name: self.have[name] for name in SETS if self.have[name] > self.want[name]}
+
+    @property
+    def newer_steps(self) -> list[tuple[str, int, bool]]:
+        """Steps a newer release applied that this one does not know: (set, version, additive). A step recorded by
+        no release (a database older than ``schema_step``) counts as additive."""
+        return [(name, version, self.recorded.get((name, version), True))
+                for name in SETS for version in range(self.want[name] + 1, self.have[name] + 1)]  # fmt: skip
 
 
-def ahead(store: Store) -> dict[str, int]:
-    """Sets whose stored version is newer than this release knows."""
-    have, want = current(store), latest(store)
-    return {name: have[name] for name in SETS if have[name] > want[name]}
-
-
-def newer_steps(store: Store) -> list[tuple[str, int, bool]]:
-    """Steps a newer release applied that this one does not know: (set, version, additive). A step recorded by no
-    release (a database older than ``schema_step``) counts as additive."""
-    want = latest(store)
+def schema(store: Store) -> Schema:
     have = current(store)
     with store.read() as tx:
         recorded = {(r["migration_set"], r["version"]): bool(r["additive"]) for r in tx.all("schema_step_list")}
-    return [(name, version, recorded.get((name, version), True))
-            for name in SETS for version in range(want[name] + 1, have[name] + 1)]  # fmt: skip
+    return Schema(have, latest(store), recorded)

@@ -55,9 +55,13 @@ def check_database(settings: Settings) -> None:
 
 
 def open_postgres(settings: Settings, *, application_name: str = "talaria", hub: bool = False) -> Store:
-    check_database(settings)
-    from talaria.store.postgres.admin import single_hub_lock
-    from talaria.store.postgres.store import PoolSettings, PostgresStore
+    """The pool's first connection checks the server (``PostgresStore``); ``check_database`` is for a caller that
+    must know before it binds."""
+    try:
+        from talaria.store.postgres.admin import single_hub_lock
+        from talaria.store.postgres.store import PoolSettings, PostgresStore
+    except ImportError as exc:
+        raise StoreUnavailable(MISSING_DRIVER) from exc
 
     modes.prepare(settings.data_dir)  # the key files live there until they become rows (scale.md 1)
     pool = PoolSettings(

@@ -11,28 +11,18 @@ import psycopg
 from psycopg import sql
 
 from talaria.errors import StoreUnavailable
-from talaria.store.postgres.store import MIN_SERVER_VERSION, safe_url
+from talaria.store.postgres.store import check_version, connect
 
-CONNECT_TIMEOUT_S = 5
 # pg_advisory_lock key of "one hub per database" (ADR 0041): the bytes of "talaria1" as a bigint
 SINGLE_HUB_KEY = int.from_bytes(b"talaria1", "big", signed=True)
-
-
-def _connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
-    try:
-        return psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True, **kwargs)
-    except psycopg.Error as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise StoreUnavailable(f"cannot connect to the PostgreSQL database at {safe_url(url)}: {reason}") from exc
 
 
 def check_server(url: str) -> int:
     """The server's version number (``server_version_num``); ``StoreUnavailable`` with one line when it cannot be
     reached or is older than PostgreSQL 15."""
-    with _connect(url) as conn:
+    with connect(url) as conn:
         version = conn.info.server_version
-    if version < MIN_SERVER_VERSION:
-        raise StoreUnavailable(f"the PostgreSQL server at {safe_url(url)} is {version}; Talaria needs 15 or newer")
+    check_version(url, version)
     return version
 
 
@@ -53,7 +43,7 @@ class SingleHubLock:
 
 def single_hub_lock(url: str) -> SingleHubLock:
     """Hold "one hub per database": ``StoreUnavailable`` naming the refusal when another hub holds it."""
-    conn = _connect(url, application_name="talaria/hub-lock")
+    conn = connect(url, application_name="talaria/hub-lock")
     row = conn.execute("SELECT pg_try_advisory_lock(%s)", (SINGLE_HUB_KEY,)).fetchone()
     if not row or not row[0]:
         conn.close()
@@ -63,7 +53,7 @@ def single_hub_lock(url: str) -> SingleHubLock:
 
 def hub_running(url: str) -> bool:
     """Whether a hub holds the one-hub lock of this database now."""
-    with _connect(url, application_name="talaria/cli") as conn:
+    with connect(url, application_name="talaria/cli") as conn:
         row = conn.execute("SELECT pg_try_advisory_lock(%s)", (SINGLE_HUB_KEY,)).fetchone()
         taken = bool(row and row[0])
         if taken:
@@ -76,10 +66,10 @@ def create_database(url: str, name: str, *, template: str | None = None) -> None
     statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
     if template is not None:
         statement = sql.SQL("{} TEMPLATE {}").format(statement, sql.Identifier(template))
-    with _connect(url) as conn:
+    with connect(url) as conn:
         conn.execute(statement)
 
 
 def drop_database(url: str, name: str) -> None:
-    with _connect(url) as conn:
+    with connect(url) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))

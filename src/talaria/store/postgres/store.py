@@ -31,6 +31,7 @@ from talaria.store.queries import load
 log = structlog.get_logger("talaria.store")
 
 MIN_SERVER_VERSION = 150000
+CONNECT_TIMEOUT_S = 5
 # pg_advisory_lock key held while migrations are applied: the bytes of "talariaM" as a bigint
 MIGRATION_KEY = int.from_bytes(b"talariaM", "big", signed=True)
 _WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
@@ -81,6 +82,21 @@ class _PostgresTx:
         self._cur.execute(sql)  # no parameters: the whole file in one simple-protocol round trip
 
 
+def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
+    """An autocommit connection outside the pool (locks held for a session, server checks); ``StoreUnavailable``
+    with the server's first line of refusal, never the password."""
+    try:
+        return psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True, **kwargs)
+    except psycopg.Error as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StoreUnavailable(f"cannot connect to the PostgreSQL database at {safe_url(url)}: {reason}") from exc
+
+
+def check_version(url: str, version: int) -> None:
+    if version < MIN_SERVER_VERSION:
+        raise StoreUnavailable(f"the PostgreSQL server at {safe_url(url)} is {version}; Talaria needs 15 or newer")
+
+
 def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.autocommit = True  # transactions are BEGIN ... COMMIT sent here, as on SQLite
 
@@ -113,9 +129,15 @@ class PostgresStore:
         )
         try:
             self._pool.open(wait=True, timeout=s.pool_timeout_ms / 1000)
+            with self._pool.connection() as conn:
+                check_version(url, conn.info.server_version)
         except psycopg_pool.PoolTimeout as exc:
             self._pool.close()
+            connect(url).close()  # raises with the server's reason when there is one
             raise StoreUnavailable(f"cannot connect to the PostgreSQL database at {safe_url(url)}") from exc
+        except BaseException:
+            self._pool.close()
+            raise
 
     @contextmanager
     def _transaction(self, begin: str, kind: str, fault: FaultHook | None) -> Iterator[_PostgresTx]:
@@ -168,11 +190,7 @@ class PostgresStore:
     @contextmanager
     def migrating(self) -> Iterator[None]:
         """A session advisory lock on a connection of its own while migrations are applied (scale.md 2.5)."""
-        try:
-            conn = psycopg.connect(self._url, autocommit=True, application_name="talaria/migrations",
-                                   connect_timeout=max(1, self.settings.pool_timeout_ms // 1000))  # fmt: skip
-        except psycopg.Error as exc:
-            raise StoreUnavailable(f"cannot connect to the PostgreSQL database at {safe_url(self._url)}") from exc
+        conn = connect(self._url, application_name="talaria/migrations")
         try:
             conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_KEY,))
             yield

@@ -49,24 +49,28 @@ import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from talaria.canonical import digest, sha256_hex
 from talaria.clock import SystemClock
 from talaria.errors import TalariaError
-from talaria.ids import trace_id
-from talaria.lifecycle.actor import Actor
-from talaria.lifecycle.answers import Beat, Claimed, Ended, Reply, Started
-from talaria.lifecycle.context import IdemRequest
 from talaria.lifecycle.engine import Engine
 from talaria.logs import configure_logging
 from talaria.settings import Settings
 from talaria.store import migrations
 from talaria.store.sqlite import SQLiteStore
+from talaria.testing.lifecycles import (
+    ADMIN,
+    TENANT,
+    WORKER,
+    WORKER_INSTANCE,
+    LifecycleFailure,
+    lifecycle,
+    prepare_tasks,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -85,18 +89,10 @@ HUB_START_TIMEOUT_S = 60.0
 # ratio stays meaningful. The figures are totals over all slices.
 ROUNDS = 10
 
-TENANT = "default"
-AUTHOR = Actor("acct:default/alice", frozenset(), "web", TENANT)
-ADMIN = Actor("acct:default/bob", frozenset({"platform_admin"}), "web", TENANT)
-WORKER = Actor("worker-1", frozenset({"runtime"}), "in_process", TENANT)
-WORKER_INSTANCE = "w1"
-CELL, PROFILE = "local", "default"
-
 _SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 
 
-class BenchFailure(Exception):
-    """The run itself went wrong (not a slow figure): exit 1."""
+BenchFailure = LifecycleFailure  # the run itself went wrong (not a slow figure): exit 1
 
 
 def log(message: str) -> None:
@@ -106,6 +102,16 @@ def log(message: str) -> None:
 def every(total: int) -> int:
     """Report progress about ten times per phase."""
     return max(1, total // 10)
+
+
+def progress(count: int) -> Callable[[int], None]:
+    step = every(count)
+
+    def hear(done: int) -> None:
+        if done % step == 0:
+            log(f"prepare: {done}/{count} tasks approved")
+
+    return hear
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -262,93 +268,6 @@ class RawBench:
 # ---------------------------------------------------------------------------------------------------
 
 
-def idem(key: str, body: dict[str, Any]) -> IdemRequest:
-    """What the Runtime API derives from a request: the key's SHA-256 and the parsed body's digest."""
-    return IdemRequest(sha256_hex(key), digest(body))
-
-
-A = TypeVar("A", Claimed, Started, Beat, Ended)
-
-
-def expect(reply: Reply[A], state: str, what: str) -> A:
-    if reply.replayed or reply.answer.state != state:
-        raise BenchFailure(f"{what}: expected a fresh answer in {state}, got {reply}")
-    return reply.answer
-
-
-def prepare_tasks(eng: Engine, count: int) -> list[str]:
-    """Create, submit and approve ``count`` tasks (untimed); returns their ids."""
-    ids: list[str] = []
-    step = every(count)
-    for i in range(count):
-        task = eng.create_task(
-            AUTHOR,
-            tenant=TENANT,
-            title=f"bench task {i}",
-            spec={"prompt": "hi"},
-            cell=CELL,
-            profile=PROFILE,
-            trace=trace_id(),
-        )
-        eng.submit_task(AUTHOR, tenant=TENANT, task_id=task.id)
-        eng.approve_task(ADMIN, tenant=TENANT, task_id=task.id)
-        ids.append(task.id)
-        if (i + 1) % step == 0:
-            log(f"prepare: {i + 1}/{count} tasks approved")
-    return ids
-
-
-def lifecycle(eng: Engine, task_id: str) -> None:
-    """One job from enqueue to SUCCEEDED: dispatch, claim, start, heartbeat, complete (5 write tx)."""
-    _task, dispatch, job = eng.dispatch(ADMIN, tenant=TENANT, task_id=task_id)
-    job_id = job.id
-    binding = dispatch.binding(WORKER.principal)
-    bound = binding.as_dict()
-
-    body: dict[str, Any] = {"binding": bound, "worker_instance": WORKER_INSTANCE}
-    claimed = eng.claim(
-        WORKER,
-        job_id=job_id,
-        binding=binding,
-        worker_instance=WORKER_INSTANCE,
-        idem=idem(f"bench:{job_id}:claim", body),
-    )
-    lease = expect(claimed, "LEASED", "claim").lease.ref
-    held = {"binding": bound, "lease_id": lease.lease_id, "lease_epoch": lease.lease_epoch}
-
-    started = eng.start(
-        WORKER,
-        job_id=job_id,
-        binding=binding,
-        lease=lease,
-        idem=idem(f"bench:{job_id}:start", held),
-    )
-    expect(started, "RUNNING", "start")
-
-    progress = {"step": 1}
-    beat = eng.heartbeat(
-        WORKER,
-        job_id=job_id,
-        binding=binding,
-        lease=lease,
-        progress=progress,
-        idem=idem(f"bench:{job_id}:heartbeat", held | {"progress": progress}),
-    )
-    expect(beat, "RUNNING", "heartbeat")
-
-    result = {"outputs": {}, "artifacts": [], "summary": "ok"}
-    done = eng.complete(
-        WORKER,
-        job_id=job_id,
-        binding=binding,
-        lease=lease,
-        result=result,
-        idem=idem(f"bench:{job_id}:complete", held | {"result": result}),
-    )
-    if expect(done, "SUCCEEDED", "complete").wire()["task_state"] != "SUCCEEDED":
-        raise BenchFailure(f"complete: the task of {job_id} was not reconciled to SUCCEEDED")
-
-
 def engine_pragmas(store: SQLiteStore) -> tuple[str, str]:
     """The writer connection's journal mode and synchronous level (the figure means nothing otherwise)."""
     return pragmas(store._writer)
@@ -394,7 +313,7 @@ def measure(data_dir: Path, jobs: int, raw_tx: int) -> Figures:
         mode, sync = engine_pragmas(store)
         if (mode, sync) != (raw.mode, raw.sync):
             raise BenchFailure(f"raw runs {raw.mode}/{raw.sync} but the engine {mode}/{sync}")
-        task_ids = prepare_tasks(eng, jobs)
+        task_ids = prepare_tasks(eng, jobs, progress(jobs))
         rounds = min(ROUNDS, jobs, raw_tx)
         done, elapsed = 0, 0.0
         for number, (raw_count, life_count) in enumerate(
@@ -584,7 +503,7 @@ def measure_http(data_dir: Path, count: int) -> HttpFigures:
 
         try:
             eng = Engine(store, SystemClock(), Settings(data_dir=data_dir))
-            task_ids = prepare_tasks(eng, count)
+            task_ids = prepare_tasks(eng, count, progress(count))
             for _ in range(50):  # warm the echo connection and app
                 echo_once()
             step = every(count)

@@ -163,6 +163,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_db(args: argparse.Namespace) -> int:
+    from talaria.lifecycle.audit import seal_all
     from talaria.store import migrations
 
     settings = _offline_settings(args)
@@ -203,6 +204,7 @@ def cmd_db(args: argparse.Namespace) -> int:
             print("database is up to date" if not applied else f"{len(applied)} migration(s) applied")
         else:
             try:
+                seal_all(store)  # PostgreSQL: events a stopped hub left unsealed are chained before steps go
                 undone = migrations.downgrade(store, args.set, args.to)
             except ValueError as exc:
                 print(f"talaria db downgrade: {exc}", file=sys.stderr)

@@ -29,7 +29,9 @@ def test_an_admin_creates_edits_and_disables_an_account(hub: HubServer, browsers
     page.get_by_label("Role").select_option("admin")
     page.get_by_label("Allowed profiles per source").fill("local: default")
     page.get_by_label("May manage team bots").check()
-    page.get_by_role("button", name="Save changes").click()
+    # the form's own fields already show the new values: wait for the save itself, then the reloaded page
+    with page.expect_response(lambda r: r.url.endswith("/api/admin/accounts/carol") and r.request.method == "PATCH"):
+        page.get_by_role("button", name="Save changes").click()
     expect(page.get_by_label("Role")).to_have_value("admin")
     expect(page.get_by_label("Allowed profiles per source")).to_have_value("local: default")
     edited = hub.hub.accounts.get("carol")

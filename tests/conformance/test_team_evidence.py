@@ -29,6 +29,7 @@ def test_a_call_writes_one_event_and_its_evidence_with_digests_only(store: Any) 
             ids={"goalId": "gol_1", "assignmentId": "asg_1", "targetBotId": "bot_w"}, from_state=None,
             to_state="pending", arguments=ARGS, result=result, revision_after=1,
         )  # fmt: skip
+    audit.seal_all(store)  # PostgreSQL chains after commit (scale.md 2.4)
     with store.read() as tx:
         rows = [dict(r) for r in tx.all("audit_scan", after_seq=0, limit=100)]
         evidence = dict(tx.one("team_evidence_of_event", audit_event_id=event_id))

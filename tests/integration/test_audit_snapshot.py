@@ -65,6 +65,7 @@ class _HookedTx:
     def __init__(self, tx: Tx, after: Callable[[str, Any], None]) -> None:
         self._tx = tx
         self._after = after
+        self.dialect = tx.dialect
 
     def one(self, query: str, /, **params: Any) -> Row | None:
         row = self._tx.one(query, **params)

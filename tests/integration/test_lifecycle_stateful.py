@@ -39,6 +39,7 @@ from hypothesis.stateful import (
 from talaria.canonical import canonical_json, digest, sha256_hex
 from talaria.clock import ManualClock, rfc3339
 from talaria.errors import TalariaError
+from talaria.lifecycle import audit
 from talaria.lifecycle.actor import Actor
 from talaria.lifecycle.answers import Reply, body_of, encode
 from talaria.lifecycle.binding import FIELDS, Binding
@@ -976,6 +977,8 @@ class LifecycleMachine(RuleBasedStateMachine):
     @invariant()
     def invariants_hold(self) -> None:
         now = self.clock.now_ms()
+        assert self.store is not None
+        audit.seal_all(self.store)  # PostgreSQL chains events after commit (scale.md 2.4); every one is checked
         rows = {r["id"]: dict(r) for r in self.reader_all("SELECT * FROM hermes_job")}
         assert len(rows) == len(self.model.jobs)
         terminal_jobs = 0

@@ -82,6 +82,8 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         live = opened if opened is not None else await run_in_threadpool(open_hub, settings, clock, timings)
         app.state.hub = live
+        if live.sealer is not None:
+            live.sealer.start()
         live.runners.start()
         live.dispatcher.start()
         live.chat_engine.start()
@@ -100,6 +102,8 @@ def create_app(
             await live.chat_engine.stop()
             await live.runners.stop()
             live.reaper.stop()
+            if live.sealer is not None:
+                live.sealer.stop()  # seals what this hub committed last
             live.store.close()
 
     app = FastAPI(

@@ -31,6 +31,7 @@ from talaria.hub.timings import HubTimings
 from talaria.hub.turns.chat_engine import ChatEngine
 from talaria.hub.turns.driver import TurnDriver
 from talaria.lifecycle.audit_key import AuditKey
+from talaria.lifecycle.audit_sealer import AuditSealer
 from talaria.lifecycle.engine import Engine
 from talaria.lifecycle.recovery import RecoveryReport
 from talaria.settings import Settings
@@ -76,6 +77,7 @@ class Hub:
     chat_streams: ChatStreams
     team_people: TeamsForPeople
     team_reconciler: TeamReconciler | None = None  # None while the team set is not installed
+    sealer: AuditSealer | None = None  # PostgreSQL's audit sealer (scale.md 2.4); SQLite chains inline
 
     def tick(self) -> None:
         """One reaper sweep."""
@@ -155,6 +157,9 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
         team_people=TeamsForPeople(store, clock),
     )
     hub.reaper = Reaper(hub.tick, settings.lifecycle_reaper_interval_s)
+    if store.dialect == "postgresql":
+        hub.sealer = AuditSealer(store, settings.audit_seal_interval_ms)
+        hub.sealer.watch()
     if team_calls is not None:
         reconcile = Reconcile(store, clock, settings, audit_key, bot_access.allowed, engine)
         hub.team_reconciler = TeamReconciler(reconcile, store=store, engine=engine, chat=chat_engine,

@@ -3,6 +3,10 @@
 ``hash = sha256_hex(prev_hash + "\\n" + C)`` where C is the canonical JSON of the event without
 ``prev_hash`` and ``hash``; each row stores C, so verification rehashes the stored bytes and also
 checks that the row's columns agree with C.
+
+On SQLite an event is chained inline: the transaction reads and moves the head row (``BEGIN IMMEDIATE`` serialises
+writers anyway). On PostgreSQL the transaction only records the event as pending, without ``seq``, and the sealer
+chains it after commit (scale.md 2.4, ``audit_seal``), so audited writers do not queue on one row.
 """
 
 from __future__ import annotations
@@ -83,18 +87,9 @@ def append(
     """Append one event after the chain head; returns its ``event_id``. Raises on any failure. A chat event
     (``subject.is_chat``) also carries ``evidence`` (or null) in its body; a team event (team-tools.md 10) its
     ``team`` ids."""
-    head = _heads.get(tx)  # a second event of the same transaction follows the first one's head
-    if head is None:
-        row = tx.one("audit_head_get")
-        if row is None:
-            raise StoreUnavailable("the audit chain head is missing")
-        head = (int(row["seq"]), row["hash"])
-    prev_seq, prev_hash = head
-    seq = prev_seq + 1
     event_id = mint("evt", now_ms)
     event: dict[str, Any] = {
         "event_id": event_id,
-        "seq": seq,
         "occurred_at": rfc3339(now_ms),
         "type": type,
         "tenant": tenant,
@@ -118,34 +113,90 @@ def append(
         event["evidence"] = (
             {"kind": evidence.kind, "contentDigest": evidence.content_digest} if evidence is not None else None
         )
-    body = canonical_json(event).decode("utf-8")
-    digest = sha256_hex(prev_hash + "\n" + body)
-    tx.run(
-        "audit_insert",
-        seq=seq,
-        event_id=event_id,
-        occurred_at=now_ms,
-        type=type,
-        tenant=tenant,
-        task_id=subject.task,
-        dispatch_id=subject.dispatch,
-        job_id=subject.job,
-        conversation_id=subject.conversation,
-        bot_id=subject.bot,
-        from_state=from_state,
-        to_state=to_state,
-        revision_before=revision_before,
-        revision_after=revision_after,
-        lease_epoch=lease_epoch,
-        reason_code=reason_code,
-        body=body,
-        prev_hash=prev_hash,
-        hash=digest,
-    )
-    if tx.run("audit_head_set", seq=seq, hash=digest, expected_seq=prev_seq) != 1:
-        raise StoreUnavailable("the audit chain head moved during the transaction")
+    columns = {
+        "event_id": event_id,
+        "occurred_at": now_ms,
+        "type": type,
+        "tenant": tenant,
+        "task_id": subject.task,
+        "dispatch_id": subject.dispatch,
+        "job_id": subject.job,
+        "conversation_id": subject.conversation,
+        "bot_id": subject.bot,
+        "from_state": from_state,
+        "to_state": to_state,
+        "revision_before": revision_before,
+        "revision_after": revision_after,
+        "lease_epoch": lease_epoch,
+        "reason_code": reason_code,
+    }
+    if tx.dialect == "postgresql":
+        tx.run("audit_pending_insert", **columns, body=canonical_json(event).decode("utf-8"))
+        return event_id
+    head = _heads.get(tx)  # a second event of the same transaction follows the first one's head
+    if head is None:
+        row = tx.one("audit_head_get")
+        if row is None:
+            raise StoreUnavailable("the audit chain head is missing")
+        head = (int(row["seq"]), row["hash"])
+    seq, digest = chain(tx, columns, event, head)
     _heads[tx] = (seq, digest)
     return event_id
+
+
+def chain(tx: Tx, columns: Mapping[str, Any], event: dict[str, Any], head: tuple[int, str]) -> tuple[int, str]:
+    """Insert ``event`` as the link after ``head`` (``seq`` added to its body, C) and move the head; returns the new
+    head. Raises when the head moved meanwhile (ADR 0003: the conditional update)."""
+    prev_seq, prev_hash = head
+    seq = prev_seq + 1
+    event["seq"] = seq
+    body = canonical_json(event).decode("utf-8")
+    digest = sha256_hex(prev_hash + "\n" + body)
+    tx.run("audit_insert", **columns, seq=seq, body=body, prev_hash=prev_hash, hash=digest)
+    if tx.run("audit_head_set", seq=seq, hash=digest, expected_seq=prev_seq) != 1:
+        raise StoreUnavailable("the audit chain head moved during the transaction")
+    return seq, digest
+
+
+SEAL_BATCH = 1000  # scale.md 2.4: pending events per sealing transaction
+
+
+def seal(store: Store, *, limit: int = SEAL_BATCH) -> int:
+    """PostgreSQL: chain up to ``limit`` pending events whose transactions have all ended, in (xact, pos) order, in
+    one transaction holding the head (scale.md 2.4); returns how many. Two sealers at once are safe: the second
+    waits on the head's row lock and then finds the events gone (and the unique seq and event id, and the
+    conditional head, refuse a second link)."""
+    with store.write() as tx:
+        row = tx.one("audit_head_lock")
+        if row is None:
+            raise StoreUnavailable("the audit chain head is missing")
+        head = (int(row["seq"]), row["hash"])
+        pending = tx.all("audit_pending_sealable", limit=limit)
+        for event in pending:
+            columns = {key: event[key] for key in _PENDING_COLUMNS}
+            head = chain(tx, columns, json.loads(event["body"]), head)
+        if pending:
+            tx.run("audit_pending_delete", positions=[int(event["pos"]) for event in pending])
+    return len(pending)
+
+
+def seal_all(store: Store) -> int:
+    """Seal until a batch comes back short (everything below the horizon then was sealed); returns how many.
+    Nothing to do on SQLite, which chains inline."""
+    if store.dialect != "postgresql":
+        return 0
+    total = 0
+    while True:
+        sealed = seal(store)
+        total += sealed
+        if sealed < SEAL_BATCH:
+            return total
+
+
+_PENDING_COLUMNS = (
+    "event_id", "occurred_at", "type", "tenant", "task_id", "dispatch_id", "job_id", "conversation_id", "bot_id",
+    "from_state", "to_state", "revision_before", "revision_after", "lease_epoch", "reason_code",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -155,10 +206,12 @@ class ChainReport:
     head: str
     broken_at: int | None = None
     reason: str | None = None
+    unsealed: int = 0  # PostgreSQL: events committed but not yet chained when the snapshot was taken
 
     def line(self) -> str:
         if self.ok:
-            return f"audit chain OK: {self.events} events, head {self.head}"
+            later = f" ({self.unsealed} not yet sealed)" if self.unsealed else ""
+            return f"audit chain OK: {self.events} events, head {self.head}{later}"
         return f"audit chain BROKEN at seq {self.broken_at}: {self.reason}"
 
 
@@ -195,17 +248,22 @@ def _columns_agree(row: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
 
 
 def verify(store: Store, *, batch: int = 5000) -> ChainReport:
-    """Recompute the whole chain; report the first broken link. Reads only; safe on a live hub.
+    """Recompute the whole chain; report the first broken link. Safe on a live hub; on PostgreSQL it first seals
+    what it can (scale.md 2.4), and still-pending events are counted, not checked.
 
     The chain head and every page of the scan are read in one read transaction, so they come from one
     snapshot: an event committed meanwhile is neither counted nor mistaken for a gap (it is in neither
     the head nor the scan). Events are fetched ``batch`` at a time to bound memory, not to let go of
     the snapshot between pages.
     """
+    seal_all(store)
     prev, expected_seq, count = GENESIS, 1, 0
-    after = 0
+    after, unsealed = 0, 0
     with store.read() as tx:
         head = tx.one("audit_head_get")
+        if tx.dialect == "postgresql":
+            pending = tx.one("audit_pending_count")
+            unsealed = int(pending["n"]) if pending else 0
         while rows := tx.all("audit_scan", after_seq=after, limit=batch):
             for row in rows:
                 seq = int(row["seq"])
@@ -225,4 +283,4 @@ def verify(store: Store, *, batch: int = 5000) -> ChainReport:
                 prev, expected_seq, count, after = row["hash"], seq + 1, count + 1, seq
     if head is not None and (int(head["seq"]) != count or head["hash"] != prev):
         return ChainReport(False, count, prev, count + 1, "seq_gap")
-    return ChainReport(True, count, prev)
+    return ChainReport(True, count, prev, unsealed=unsealed)

@@ -39,9 +39,10 @@ class TaskWithJob:
 
 @dataclass(frozen=True, slots=True)
 class AuditEntry:
-    """One audit event as the web API lists it, with its evidence (job transitions' rows, chat events' bodies)."""
+    """One audit event as the web API lists it, with its evidence (job transitions' rows, chat events' bodies).
+    ``seq``, ``prev_hash`` and ``hash`` are None while a PostgreSQL event waits for the sealer (scale.md 2.4)."""
 
-    seq: int
+    seq: int | None
     event_id: str
     occurred_at: int
     type: str
@@ -52,8 +53,8 @@ class AuditEntry:
     revision_after: int | None
     lease_epoch: int | None
     reason_code: str | None
-    prev_hash: str
-    hash: str
+    prev_hash: str | None
+    hash: str | None
     evidence_kind: str | None
     evidence_digest: str | None
 

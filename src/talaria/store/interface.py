@@ -19,6 +19,8 @@ FaultHook = Callable[[str], None]
 
 
 class Tx(Protocol):
+    dialect: str  # the store's: code that differs per backend (the audit chain, scale.md 2.4) asks here
+
     def one(self, query: str, /, **params: Any) -> Row | None:
         """Run a named query and return its first row, or None."""
         ...
@@ -54,6 +56,11 @@ class Store(Protocol):
     def migrating(self) -> AbstractContextManager[None]:
         """Held while migrations are applied, so that processes upgrading at once apply each step once (scale.md
         2.5: a session advisory lock on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` per step is all it has)."""
+        ...
+
+    def on_commit_of(self, query: str, callback: Callable[[], None]) -> None:
+        """Call ``callback`` after each write transaction that ran ``query`` has committed (outside the
+        transaction, on the committing thread; it must be quick and must not raise)."""
         ...
 
     def maintain(self) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from talaria.errors import StoreUnavailable
 from talaria.settings import Settings
 from talaria.store import data_dir as modes
+from talaria.store import hub_lock
 from talaria.store.interface import Store
 from talaria.store.sqlite import SQLiteStore
 
@@ -32,13 +33,26 @@ def open_sqlite(data_dir: Path, *, busy_timeout_ms: int = 5000, wal_limit_bytes:
 def open_store(settings: Settings, *, application_name: str = "talaria", hub: bool = False) -> Store:
     """The store ``database.url`` names: empty, the SQLite file of the data directory; else PostgreSQL (the
     ``talaria[postgresql]`` extra), reached and checked here so that a hub stops before it binds, with one line.
-    ``hub``: the store of a running hub, which on PostgreSQL holds the one-hub lock of this release (ADR 0041)."""
+    ``hub``: the store of a running hub, which holds ``hub.lock`` of its SQLite directory, or on PostgreSQL the
+    one-hub lock of this release (ADR 0041)."""
     if not settings.database_url:
-        return open_sqlite(
-            settings.data_dir,
-            busy_timeout_ms=settings.storage_sqlite_busy_timeout_ms,
-            wal_limit_bytes=settings.storage_sqlite_wal_limit_bytes,
-        )
+        lock = None
+        if hub:  # one SQLite directory, one hub (scale.md 1)
+            modes.prepare(settings.data_dir)
+            lock = hub_lock.hold(settings.data_dir)
+        try:
+            store = open_sqlite(
+                settings.data_dir,
+                busy_timeout_ms=settings.storage_sqlite_busy_timeout_ms,
+                wal_limit_bytes=settings.storage_sqlite_wal_limit_bytes,
+            )
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+        if lock is not None:
+            store.on_close(lock.release)
+        return store
     return open_postgres(settings, application_name=application_name, hub=hub)
 
 

@@ -11,7 +11,7 @@ import contextlib
 import sqlite3
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,14 +26,23 @@ log = structlog.get_logger("talaria.store")
 
 
 class _SQLiteTx:
-    def __init__(self, conn: sqlite3.Connection, queries: dict[str, Query], fault: FaultHook | None) -> None:
+    dialect = "sqlite"
+
+    def __init__(
+        self, conn: sqlite3.Connection, queries: dict[str, Query], fault: FaultHook | None,
+        watched: Mapping[str, list[Callable[[], None]]] | None = None,
+    ) -> None:  # fmt: skip
         self._conn = conn
         self._queries = queries
         self._fault = fault
+        self._watched = watched or {}
+        self.ran: set[str] = set()  # the watched queries this transaction ran
 
     def _execute(self, query: str, params: dict[str, Any]) -> sqlite3.Cursor:
         if self._fault is not None:
             self._fault(query)
+        if query in self._watched:
+            self.ran.add(query)
         return self._conn.execute(self._queries[query].sql, params)
 
     def one(self, query: str, /, **params: Any) -> Row | None:
@@ -82,6 +91,8 @@ class SQLiteStore:
         self._wal_limit = wal_limit_bytes
         self._queries = load("sqlite")
         self._write_lock = threading.Lock()
+        self._watched: dict[str, list[Callable[[], None]]] = {}
+        self._on_close: list[Callable[[], None]] = []
         # Idle readers; a reader in use is in neither list and is closed when it comes back after close().
         self._idle: list[sqlite3.Connection] = []
         self._pool_lock = threading.Lock()
@@ -122,12 +133,15 @@ class SQLiteStore:
             except sqlite3.Error as exc:
                 log.warning("store_begin_failed", error=str(exc))
                 raise StoreUnavailable() from exc
-            tx = _SQLiteTx(conn, self._queries, self.fault_hook)
+            tx = _SQLiteTx(conn, self._queries, self.fault_hook, self._watched)
             try:
                 yield tx
                 if self.fault_hook is not None:
                     self.fault_hook("commit")
                 conn.execute("COMMIT")
+                for query in tx.ran:
+                    for callback in self._watched[query]:
+                        callback()
             except TalariaError:
                 self._rollback(conn)
                 raise
@@ -190,6 +204,13 @@ class SQLiteStore:
         """Nothing more than each step's ``BEGIN IMMEDIATE``: one hub per data directory."""
         yield
 
+    def on_commit_of(self, query: str, callback: Callable[[], None]) -> None:
+        self._watched.setdefault(query, []).append(callback)
+
+    def on_close(self, release: Callable[[], None]) -> None:
+        """Run ``release`` (say, letting go of ``hub.lock``) when the store closes."""
+        self._on_close.append(release)
+
     def maintain(self) -> None:
         """WAL guard: truncate the ``-wal`` file once it exceeds the configured size."""
         wal = Path(str(self.path) + "-wal")
@@ -216,3 +237,5 @@ class SQLiteStore:
                 with contextlib.suppress(sqlite3.Error):  # closing is best effort
                     conn.close()
             self._idle.clear()
+        for release in self._on_close:
+            release()

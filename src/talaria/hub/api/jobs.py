@@ -155,8 +155,17 @@ async def list_audit(
     more, rows = len(rows) > size, rows[:size]
     return {
         "events": [audit_json(r) for r in rows],
-        "nextCursor": encode_cursor(rows[-1].seq) if more else None,
+        "nextCursor": encode_cursor(_cursor_seq(rows[-1])) if more else None,
     }
+
+
+def _cursor_seq(last: AuditEntry) -> int:
+    """Where the next page starts: below the last row's seq; after a page ending among events not yet sealed
+    (listed first, scale.md 2.4), the sealed ones from the newest."""
+    return last.seq if last.seq is not None else UNSEALED_CURSOR
+
+
+UNSEALED_CURSOR = 2**62
 
 
 @router.get("/api/audit/verify")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -48,14 +48,23 @@ class PoolSettings:
 
 
 class _PostgresTx:
-    def __init__(self, cur: psycopg.ClientCursor[Any], queries: dict[str, str], fault: FaultHook | None) -> None:
+    dialect = "postgresql"
+
+    def __init__(
+        self, cur: psycopg.ClientCursor[Any], queries: dict[str, str], fault: FaultHook | None,
+        watched: Mapping[str, list[Callable[[], None]]],
+    ) -> None:  # fmt: skip
         self._cur = cur
         self._queries = queries
         self._fault = fault
+        self._watched = watched
+        self.ran: set[str] = set()  # the watched queries this transaction ran
 
     def _execute(self, query: str, params: dict[str, Any]) -> psycopg.ClientCursor[Any]:
         if self._fault is not None:
             self._fault(query)
+        if query in self._watched:
+            self.ran.add(query)
         self._cur.execute(self._queries[query], params)
         return self._cur
 
@@ -113,6 +122,7 @@ class PostgresStore:
         self._write_lock = threading.Lock()
         self._closed = False
         self._on_close: list[Callable[[], None]] = []
+        self._watched: dict[str, list[Callable[[], None]]] = {}
         self.fault_hook: FaultHook | None = None
         s = self.settings
         options = (f"-c statement_timeout={int(s.statement_timeout_ms)} "
@@ -146,15 +156,19 @@ class PostgresStore:
         try:
             with self._pool.connection() as conn:
                 cur = psycopg.ClientCursor(conn)
+                tx = _PostgresTx(cur, self._queries, fault, self._watched)
                 try:
                     cur.execute(begin)
-                    yield _PostgresTx(cur, self._queries, fault)
+                    yield tx
                     if fault is not None:
                         fault("commit")
                     cur.execute("COMMIT")
                 except BaseException:
                     self._rollback(conn)
                     raise
+            for query in tx.ran:  # after the connection went back to the pool
+                for callback in self._watched[query]:
+                    callback()
         except psycopg_pool.PoolTimeout as exc:
             log.warning("store_pool_timeout", timeout_ms=self.settings.pool_timeout_ms)
             raise StoreUnavailable() from exc
@@ -198,6 +212,9 @@ class PostgresStore:
             with contextlib.suppress(psycopg.Error):
                 conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_KEY,))
             conn.close()
+
+    def on_commit_of(self, query: str, callback: Callable[[], None]) -> None:
+        self._watched.setdefault(query, []).append(callback)
 
     def maintain(self) -> None:
         """Nothing: autovacuum keeps the tables (scale.md 2.3)."""

@@ -1,0 +1,73 @@
+"""The PostgreSQL audit sealer's loop (scale.md 2.4): ``audit.seal_all`` every ``audit.seal_interval_ms`` and
+soon after each audited commit of this process (``poke``, wired to the store's commit of
+``audit_pending_insert``). Role leases (scale.md 3.6) are not taken yet: every process sealing is correct, the
+head's row lock orders them, so a lease would only save work.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import structlog
+
+from talaria.errors import TalariaError
+from talaria.lifecycle.audit import seal_all
+from talaria.store.interface import Store
+
+log = structlog.get_logger("talaria.audit")
+
+
+class AuditSealer:
+    """``start``/``stop`` are idempotent; ``stop`` seals once more, so a clean stop leaves nothing this process
+    committed unsealed. ``sealed`` counts the events this sealer chained; ``sealed_some`` is set after a round that
+    chained any (tests wait on it)."""
+
+    def __init__(self, store: Store, interval_ms: int) -> None:
+        self._store = store
+        self._interval_s = interval_ms / 1000
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.sealed = 0
+        self.sealed_some = threading.Event()
+
+    def watch(self) -> None:
+        """Seal soon after every audited commit through this store."""
+        self._store.on_commit_of("audit_pending_insert", self.poke)
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._run, name="talaria-audit-sealer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait(self._interval_s)
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            self.seal_once()
+
+    def seal_once(self) -> int:
+        try:
+            sealed = seal_all(self._store)
+        except TalariaError as exc:  # the store is away: the next round tries again, nothing is lost
+            log.warning("audit_seal_failed", code=exc.code, error=exc.message)
+            return 0
+        self.sealed += sealed
+        if sealed:
+            self.sealed_some.set()
+        return sealed
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=30)
+            self.seal_once()

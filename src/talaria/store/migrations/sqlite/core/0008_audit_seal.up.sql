@@ -1,0 +1,4 @@
+-- additive: true
+-- The audit chain under concurrent writers (scale.md 2.4, ADR 0042) is PostgreSQL's: its step adds the table of
+-- events not yet chained. SQLite keeps its inline head (BEGIN IMMEDIATE serialises every writer), so this step
+-- changes nothing here; it exists so that version 8 means the same shared tables in both dialects.

@@ -1,0 +1,3 @@
+-- additive: true
+-- PostgreSQL's step drops the key from execution_evidence to audit_event, whose events it chains after commit
+-- (scale.md 2.4, ADR 0042). SQLite chains inline, so the key stays and this step changes nothing here.

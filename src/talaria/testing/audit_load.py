@@ -1,0 +1,74 @@
+"""One process of audited lifecycles on a shared PostgreSQL database, with its own audit sealer (scale.md 6,
+scenario 11; ``bench/scale.py``): ``--threads`` engine threads each prepare a task and run its lifecycle until
+``--seconds`` have passed (a lifecycle under way is finished), then the sealer stops, sealing what is left.
+
+    python -m talaria.testing.audit_load --url postgresql://... --data-dir DIR [--threads 4] [--seconds 30]
+
+The last stdout line is one JSON object: ``jobs`` (lifecycles finished), ``sealed`` (events this process's sealer
+chained) and ``errors`` (one line each; a lifecycle answering wrongly or the store failing ends its thread).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from pathlib import Path
+
+from talaria.clock import SystemClock
+from talaria.lifecycle.audit_sealer import AuditSealer
+from talaria.lifecycle.engine import Engine
+from talaria.settings import Settings
+from talaria.store.open import open_store
+from talaria.testing.lifecycles import TENANT, lifecycle, prepare_tasks
+
+
+def run(url: str, data_dir: Path, threads: int, seconds: float, seal_interval_ms: int) -> dict[str, object]:
+    settings = Settings(data_dir=data_dir, database_url=url, database_pool_max=threads + 2)
+    store = open_store(settings, application_name="talaria/audit-load")
+    clock = SystemClock()
+    engine = Engine(store, clock, settings)
+    with store.write() as tx:
+        tx.run("tenant_ensure", name=TENANT, now=clock.now_ms())
+    sealer = AuditSealer(store, seal_interval_ms)
+    sealer.watch()
+    sealer.start()
+    deadline = time.monotonic() + seconds
+    done = [0] * threads
+    errors: list[str] = []
+
+    def work(index: int) -> None:
+        try:
+            while time.monotonic() < deadline:
+                (task_id,) = prepare_tasks(engine, 1)
+                lifecycle(engine, task_id)
+                done[index] += 1
+        except Exception as exc:  # reported, and the test fails on it
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    workers = [threading.Thread(target=work, args=(i,), name=f"load-{i}") for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    sealer.stop()
+    store.close()
+    return {"jobs": sum(done), "sealed": sealer.sealed, "errors": errors}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--seal-interval-ms", type=int, default=200)
+    args = parser.parse_args(argv)
+    result = run(args.url, args.data_dir, args.threads, args.seconds, args.seal_interval_ms)
+    print(json.dumps(result), flush=True)
+    return 1 if result["errors"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

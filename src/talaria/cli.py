@@ -168,6 +168,11 @@ def cmd_db(args: argparse.Namespace) -> int:
 
     settings = _offline_settings(args)
     data_dir = settings.data_dir
+    if args.action == "copy":
+        return _db_copy(args, settings)
+    if args.to is not None and not isinstance(args.to, int):
+        print("talaria db: --to is a version number here (a database URL only for db copy)", file=sys.stderr)
+        return 1
     if args.action == "downgrade" and not args.yes:
         print("talaria db downgrade is destructive: it drops tables and their data; add --yes", file=sys.stderr)
         return 1
@@ -197,6 +202,9 @@ def cmd_db(args: argparse.Namespace) -> int:
                 print(f"{name}: version {have[name]} of {want[name]} ({state})")
             if settings.database_url:
                 print(_postgres_status(settings.database_url))
+                with store.read() as tx:
+                    waiting = tx.one("audit_pending_count")
+                print(f"audit: {waiting['n'] if waiting else 0} event(s) not yet sealed")
         elif args.action == "upgrade":
             applied = migrations.upgrade(store)
             for item in applied:
@@ -205,6 +213,7 @@ def cmd_db(args: argparse.Namespace) -> int:
         else:
             try:
                 seal_all(store)  # PostgreSQL: events a stopped hub left unsealed are chained before steps go
+                assert isinstance(args.to, int)  # main() refuses a downgrade without --to, and a URL was refused above
                 undone = migrations.downgrade(store, args.set, args.to)
             except ValueError as exc:
                 print(f"talaria db downgrade: {exc}", file=sys.stderr)
@@ -215,6 +224,38 @@ def cmd_db(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return 0
+
+
+def _db_copy(args: argparse.Namespace, settings: Settings) -> int:
+    """Scale.md 5: a stopped SQLite hub's data directory into an empty PostgreSQL database."""
+    from talaria.clock import SystemClock
+    from talaria.db_copy import CopyRefused, copy_to_postgres
+
+    url = args.to
+    if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
+        print("talaria db copy: --to names the target: postgresql://...", file=sys.stderr)
+        return 1
+    if settings.database_url:
+        print("talaria db copy: copies a SQLite hub; database.url is already set", file=sys.stderr)
+        return 1
+    try:
+        report = copy_to_postgres(settings.data_dir, url, SystemClock().now_ms(), lambda line: print(line, flush=True))
+    except CopyRefused as exc:
+        print(f"talaria db copy: {exc}", file=sys.stderr)
+        return 1
+    except TalariaError as exc:
+        print(f"talaria db copy: {exc.message}", file=sys.stderr)
+        return 1
+    for table, rows in report.counts.items():
+        print(f"{table} {rows} rows")
+    print(report.chain.line())
+    print("next: set database.url (or TALARIA_DATABASE_URL) to the target for the hub, then start it")
+    return 0
+
+
+def _db_target(text: str) -> int | str:
+    """``--to``: a version for downgrade, a database URL for copy."""
+    return int(text) if text.isdigit() else text
 
 
 def _postgres_status(url: str) -> str:
@@ -324,11 +365,11 @@ def build_parser() -> argparse.ArgumentParser:
     verify.set_defaults(func=cmd_audit_verify)
 
     db = sub.add_parser("db", help="database migrations")
-    db.add_argument("action", choices=["status", "upgrade", "downgrade"])
+    db.add_argument("action", choices=["status", "upgrade", "downgrade", "copy"])
     db.add_argument("--data-dir", default=None)
     db.add_argument("--config", type=Path, default=None, help=CONFIG_HELP)
     db.add_argument("--set", choices=list(SETS), help="migration set (downgrade)")
-    db.add_argument("--to", type=int, help="target version (downgrade)")
+    db.add_argument("--to", type=_db_target, help="target version (downgrade); target postgresql:// URL (copy)")
     db.add_argument("--yes", action="store_true", help="confirm a destructive downgrade")
     db.set_defaults(func=cmd_db)
 

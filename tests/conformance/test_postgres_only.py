@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 
 from talaria.errors import StoreUnavailable
 from talaria.store import migrations
+from talaria.store.hub_keys import hub_key
 from talaria.store.postgres import admin
 from talaria.store.postgres.store import PostgresStore
 from talaria.testing.postgres_server import PostgresServer
@@ -106,3 +108,26 @@ def test_a_second_hub_lock_is_refused_until_the_first_is_released(url: str) -> N
         first.release()
     assert not admin.hub_running(url)
     admin.single_hub_lock(url).release()
+
+
+def test_the_hub_keys_are_rows_made_once_and_a_kept_file_carries_over(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """Scale.md 1: replicas share ``hub_secret`` rows; the first one's key wins, and a hub that kept ``audit.key``
+    in its data directory before the rows existed brings those bytes."""
+    name = new_postgres_database(postgres_server, migrated=True)
+    stores = [PostgresStore(postgres_server.url(name)), PostgresStore(postgres_server.url(name))]
+    try:
+        (tmp_path / "a").mkdir()
+        (tmp_path / "b").mkdir()
+        kept = b"k" * 32
+        (tmp_path / "a" / "audit.key").write_bytes(kept)
+        assert hub_key(stores[0], tmp_path / "a", "audit.key", NOW) == kept
+        assert hub_key(stores[1], tmp_path / "b", "audit.key", NOW) == kept  # the row, not a new key
+        made = hub_key(stores[1], tmp_path / "b", "secret.key", NOW)
+        assert len(made) == 32 and hub_key(stores[0], tmp_path / "a", "secret.key", NOW) == made
+        assert not (tmp_path / "b" / "secret.key").exists()  # nothing written to the data directory
+    finally:
+        for store in stores:
+            store.close()
+        admin.drop_database(postgres_server.url(), name)

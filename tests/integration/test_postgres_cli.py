@@ -36,9 +36,10 @@ def test_db_admin_and_audit_commands_work_on_the_database_url(tmp_path: Path, ur
     assert upgraded.stdout.splitlines()[-1] == f"{total} migration(s) applied"
     status = talaria("db", "status", cwd=tmp_path, env=env)
     assert status.returncode == 0, status.stderr
-    *sets, server = status.stdout.splitlines()
+    *sets, server, sealing = status.stdout.splitlines()
     assert len(sets) == len(migrations.SETS) and all(line.endswith("(up to date)") for line in sets)
     assert re.fullmatch(r"server: PostgreSQL 1[5-9]\.\d+; no hub is running on it", server), server
+    assert sealing == "audit: 0 event(s) not yet sealed"
     created = talaria("admin", "create-user", "--username", "olga", "--role", "admin", cwd=tmp_path,
                       stdin=PASSWORD + "\n", env=env)  # fmt: skip
     assert created.returncode == 0, created.stderr
@@ -64,7 +65,7 @@ def test_downgrade_is_refused_while_a_hub_uses_the_database(tmp_path: Path, url:
     try:
         hub.ready()
         status = talaria("db", "status", cwd=tmp_path, env=env)
-        assert status.stdout.splitlines()[-1].endswith("; a hub is running on it")
+        assert status.stdout.splitlines()[-2].endswith("; a hub is running on it")
         refused = talaria("db", "downgrade", "--set", "team", "--to", "0", "--yes", cwd=tmp_path, env=env)
         assert refused.returncode == 1
         assert refused.stderr.strip() == "talaria db downgrade: a hub uses this database; stop every replica first"

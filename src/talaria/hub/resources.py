@@ -114,7 +114,7 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
     )  # fmt: skip
     engine.add_listener(dispatcher.on_signal)
     bot_access = BotAccess(registry, runners)
-    audit_key = AuditKey.load(settings.data_dir)
+    audit_key = AuditKey.load(store, settings.data_dir, clock.now_ms())
     accounts = Accounts(store, clock)
     conversations = Conversations(store, clock, bot_access.allowed)
     chat_events = ChatEvents(store, clock)
@@ -133,7 +133,12 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
         store=store,
         engine=engine,
         accounts=accounts,
-        sessions=WebSessions(store, clock, load_secret_key(settings.data_dir), public_origin=settings.public_origin),
+        sessions=WebSessions(
+            store,
+            clock,
+            load_secret_key(store, settings.data_dir, clock.now_ms()),
+            public_origin=settings.public_origin,
+        ),
         throttle=LoginThrottle(clock),
         security_events=SecurityEvents(store, clock, settings.security_event_rate_per_minute),
         metrics=metrics,

@@ -1,8 +1,8 @@
 """The hub's audit key (chat.md 8): every audit digest of free text (anything a person or a model wrote) is
 HMAC-SHA256, hex, of its canonical JSON, keyed with 32 random bytes made once and kept beside ``secret.key`` as
-``audit.key`` (mode 0600). A keyed digest cannot be tested against guessed texts by someone who reads the audit
-log but not the key. The key is never logged or shown. Lifecycle evidence digests stay lifecycle.md's (plain
-SHA-256)."""
+``audit.key`` (mode 0600), or on PostgreSQL in a ``hub_secret`` row (``store/hub_keys.py``). A keyed digest cannot
+be tested against guessed texts by someone who reads the audit log but not the key. The key is never logged or
+shown. Lifecycle evidence digests stay lifecycle.md's (plain SHA-256)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from talaria.canonical import canonical_json
-from talaria.store.data_dir import key_file
+from talaria.store.hub_keys import hub_key
+from talaria.store.interface import Store
 
 FILE_NAME = "audit.key"
 
@@ -22,9 +23,9 @@ class AuditKey:
         self._key = key
 
     @classmethod
-    def load(cls, data_dir: Path) -> AuditKey:
-        """``<data_dir>/audit.key``, made at first use."""
-        return cls(key_file(data_dir / FILE_NAME))
+    def load(cls, store: Store, data_dir: Path, now_ms: int) -> AuditKey:
+        """The hub's audit key, made at first use."""
+        return cls(hub_key(store, data_dir, FILE_NAME, now_ms))
 
     def digest(self, value: Any) -> str:
         return hmac.new(self._key, canonical_json(value), hashlib.sha256).hexdigest()

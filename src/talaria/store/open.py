@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from talaria.errors import StoreUnavailable
 from talaria.settings import Settings
@@ -40,19 +42,11 @@ def open_store(settings: Settings, *, application_name: str = "talaria", hub: bo
         if hub:  # one SQLite directory, one hub (scale.md 1)
             modes.prepare(settings.data_dir)
             lock = hub_lock.hold(settings.data_dir)
-        try:
-            store = open_sqlite(
-                settings.data_dir,
-                busy_timeout_ms=settings.storage_sqlite_busy_timeout_ms,
-                wal_limit_bytes=settings.storage_sqlite_wal_limit_bytes,
-            )
-        except BaseException:
-            if lock is not None:
-                lock.release()
-            raise
-        if lock is not None:
-            store.on_close(lock.release)
-        return store
+        return _holding(lock, lambda: open_sqlite(
+            settings.data_dir,
+            busy_timeout_ms=settings.storage_sqlite_busy_timeout_ms,
+            wal_limit_bytes=settings.storage_sqlite_wal_limit_bytes,
+        ))  # fmt: skip
     return open_postgres(settings, application_name=application_name, hub=hub)
 
 
@@ -77,7 +71,7 @@ def open_postgres(settings: Settings, *, application_name: str = "talaria", hub:
     except ImportError as exc:
         raise StoreUnavailable(MISSING_DRIVER) from exc
 
-    modes.prepare(settings.data_dir)  # the key files live there until they become rows (scale.md 1)
+    modes.prepare(settings.data_dir)  # private as on SQLite: a key file kept from before hub_secret may be read
     pool = PoolSettings(
         pool_min=settings.database_pool_min,
         pool_max=settings.database_pool_max,
@@ -86,8 +80,24 @@ def open_postgres(settings: Settings, *, application_name: str = "talaria", hub:
         application_name=application_name,
     )
     lock = single_hub_lock(settings.database_url) if hub else None
+    return _holding(lock, lambda: PostgresStore(settings.database_url, pool))
+
+
+class _Closing(Protocol):
+    def on_close(self, release: Callable[[], None]) -> None: ...
+
+
+class _Lock(Protocol):
+    def release(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Closing)
+
+
+def _holding(lock: _Lock | None, make: Callable[[], S]) -> S:
+    """``make()`` holding ``lock`` until the store closes; the lock is let go at once when opening fails."""
     try:
-        store = PostgresStore(settings.database_url, pool)
+        store = make()
     except BaseException:
         if lock is not None:
             lock.release()

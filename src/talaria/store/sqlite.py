@@ -65,6 +65,20 @@ class _SQLiteTx:
             self._conn.execute(statement)
 
 
+def _parents_first(parents: Mapping[str, set[str]]) -> list[str]:
+    """Table names ordered so that each comes after every table it references (by name among equals)."""
+    done: list[str] = []
+    left = dict(parents)
+    while left:
+        ready = sorted(n for n, refs in left.items() if not (refs & left.keys()))
+        if not ready:
+            raise StoreUnavailable(f"foreign keys form a cycle among {sorted(left)}")
+        done += ready
+        for name in ready:
+            del left[name]
+    return done
+
+
 def split_statements(sql: str) -> list[str]:
     """Split a script into complete statements (trigger bodies kept whole)."""
     statements: list[str] = []
@@ -210,6 +224,36 @@ class SQLiteStore:
     def on_close(self, release: Callable[[], None]) -> None:
         """Run ``release`` (say, letting go of ``hub.lock``) when the store closes."""
         self._on_close.append(release)
+
+    def export(self, consume: Callable[[str, list[str], Iterator[tuple[Any, ...]]], None]) -> dict[str, int]:
+        """``db copy``'s read (scale.md 5): in one snapshot, every table of the schema except the migration
+        records, parents before the tables whose foreign keys name them; ``consume(table, columns, rows)`` reads
+        each table's rows in batches. Returns the row count per table, from the same snapshot."""
+        counts: dict[str, int] = {}
+        conn = self._lease()
+        try:
+            conn.execute("BEGIN")
+            names = [r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+                " AND name NOT IN ('schema_version', 'schema_step') ORDER BY name"
+            )]  # fmt: skip
+            parents = {n: {r[2] for r in conn.execute(f'PRAGMA foreign_key_list("{n}")')} - {n} for n in names}
+            for name in _parents_first(parents):
+                cur = conn.execute(f'SELECT * FROM "{name}"')
+                columns = [d[0] for d in cur.description]
+                counts[name] = 0
+
+                def rows(cur: sqlite3.Cursor = cur, name: str = name) -> Iterator[tuple[Any, ...]]:
+                    while batch := cur.fetchmany(1000):
+                        counts[name] += len(batch)
+                        yield from batch
+
+                consume(name, columns, rows())
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot read {self.path}: {exc}") from exc
+        finally:
+            self._give_back(conn)
+        return counts
 
     def maintain(self) -> None:
         """WAL guard: truncate the ``-wal`` file once it exceeds the configured size."""

@@ -27,7 +27,7 @@ from talaria.clock import Clock
 from talaria.errors import TalariaError
 from talaria.lifecycle.actor import PLATFORM_ADMIN, Actor
 from talaria.limits import SESSION_IDLE_S, SESSION_MAX_S
-from talaria.store.data_dir import key_file
+from talaria.store.hub_keys import hub_key
 from talaria.store.interface import Store
 
 COOKIE = "talaria_session"
@@ -35,9 +35,10 @@ STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _TOUCH_EVERY_MS = 60_000
 
 
-def load_secret_key(data_dir: Path) -> bytes:
-    """Read ``secret.key``, creating it (32 random bytes, mode 600) at first start."""
-    return key_file(data_dir / "secret.key")
+def load_secret_key(store: Store, data_dir: Path, now_ms: int) -> bytes:
+    """The web-session key ``secret.key``, made (32 random bytes) at first start: a file of the data directory (mode
+    600), or on PostgreSQL the replicas' shared row."""
+    return hub_key(store, data_dir, "secret.key", now_ms)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,3 @@
+-- additive: true
+-- PostgreSQL keeps the hub's keys in hub_secret rows shared by its replicas (scale.md 1). A SQLite hub keeps
+-- secret.key and audit.key in its data directory, so this step changes nothing here.

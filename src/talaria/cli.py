@@ -202,9 +202,8 @@ def cmd_db(args: argparse.Namespace) -> int:
                 print(f"{name}: version {have[name]} of {want[name]} ({state})")
             if settings.database_url:
                 print(_postgres_status(settings.database_url))
-                with store.read() as tx:
-                    waiting = tx.one("audit_pending_count")
-                print(f"audit: {waiting['n'] if waiting else 0} event(s) not yet sealed")
+                for line in _cluster_status(store):
+                    print(line)
         elif args.action == "upgrade":
             applied = migrations.upgrade(store)
             for item in applied:
@@ -256,6 +255,22 @@ def _db_copy(args: argparse.Namespace, settings: Settings) -> int:
 def _db_target(text: str) -> int | str:
     """``--to``: a version for downgrade, a database URL for copy."""
     return int(text) if text.isdigit() else text
+
+
+def _cluster_status(store: Store) -> list[str]:
+    """Scale.md 5's other ``db status`` lines on PostgreSQL: live replicas, role holders, the unsealed count."""
+    from talaria.clock import SystemClock
+    from talaria.hub.replica import LIVE_MS
+
+    now = SystemClock().now_ms()
+    with store.read() as tx:
+        live = tx.all("hub_replica_live", since=now - LIVE_MS)
+        roles = tx.all("hub_role_lease_list")
+        waiting = tx.one("audit_pending_count")
+    lines = [f"replica {r['id']}: release {r['release']}, settings {r['settings_digest'][:16]}" for r in live]
+    lines += [f"role {r['role']}: {r['holder'] if r['holder'] and r['expires_at'] > now else 'free'}" for r in roles]
+    lines.append(f"audit: {waiting['n'] if waiting else 0} event(s) not yet sealed")
+    return lines
 
 
 def _postgres_status(url: str) -> str:

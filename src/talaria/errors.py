@@ -59,6 +59,8 @@ STATUS_BY_CODE: Mapping[str, int] = {
     "login_throttled": 429,
     "internal_error": 500,
     "store_unavailable": 503,
+    # a PostgreSQL replica whose clock strays from the database server's (scale.md 1)
+    "clock_skew": 503,
     # runner registration (runner-protocol.md 2)
     "invalid_assigned_profiles": 400,
     "invalid_runner_config": 400,

@@ -36,10 +36,12 @@ def test_db_admin_and_audit_commands_work_on_the_database_url(tmp_path: Path, ur
     assert upgraded.stdout.splitlines()[-1] == f"{total} migration(s) applied"
     status = talaria("db", "status", cwd=tmp_path, env=env)
     assert status.returncode == 0, status.stderr
-    *sets, server, sealing = status.stdout.splitlines()
-    assert len(sets) == len(migrations.SETS) and all(line.endswith("(up to date)") for line in sets)
+    lines = status.stdout.splitlines()
+    sets, (server, *cluster) = lines[: len(migrations.SETS)], lines[len(migrations.SETS) :]
+    assert all(line.endswith("(up to date)") for line in sets)
     assert re.fullmatch(r"server: PostgreSQL 1[5-9]\.\d+; no hub is running on it", server), server
-    assert sealing == "audit: 0 event(s) not yet sealed"
+    assert cluster == ["role audit_sealer: free", "role maintenance: free", "role runner_watchdog: free",
+                       "audit: 0 event(s) not yet sealed"]  # fmt: skip
     created = talaria("admin", "create-user", "--username", "olga", "--role", "admin", cwd=tmp_path,
                       stdin=PASSWORD + "\n", env=env)  # fmt: skip
     assert created.returncode == 0, created.stderr
@@ -65,13 +67,21 @@ def test_downgrade_is_refused_while_a_hub_uses_the_database(tmp_path: Path, url:
     try:
         hub.ready()
         status = talaria("db", "status", cwd=tmp_path, env=env)
-        assert status.stdout.splitlines()[-2].endswith("; a hub is running on it")
+        lines = status.stdout.splitlines()
+        assert any(line.endswith("; a hub is running on it") for line in lines), lines
+        (replica,) = [line for line in lines if line.startswith("replica ")]
+        assert re.fullmatch(r"replica (rep_\w{26}): release \S+, settings [0-9a-f]{16}", replica), replica
+        holder = replica.split()[1].rstrip(":")
+        assert f"role audit_sealer: {holder}" in lines and f"role runner_watchdog: {holder}" in lines
         refused = talaria("db", "downgrade", "--set", "team", "--to", "0", "--yes", cwd=tmp_path, env=env)
         assert refused.returncode == 1
         assert refused.stderr.strip() == "talaria db downgrade: a hub uses this database; stop every replica first"
         assert hub.stop(signal.SIGTERM)[0] == 0
     finally:
         hub.close()
+    after = talaria("db", "status", cwd=tmp_path, env=env).stdout.splitlines()
+    assert not any(line.startswith("replica ") for line in after)  # a stopped replica leaves and lets go of its roles
+    assert "role audit_sealer: free" in after
     done = talaria("db", "downgrade", "--set", "team", "--to", "0", "--yes", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "team is now at version 0"

@@ -82,6 +82,8 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         live = opened if opened is not None else await run_in_threadpool(open_hub, settings, clock, timings)
         app.state.hub = live
+        if live.replica is not None:
+            live.replica.start()
         if live.sealer is not None:
             live.sealer.start()
         live.runners.start()
@@ -104,6 +106,8 @@ def create_app(
             live.reaper.stop()
             if live.sealer is not None:
                 live.sealer.stop()  # seals what this hub committed last
+            if live.replica is not None:
+                live.replica.stop()  # releases its roles and leaves
             live.store.close()
 
     app = FastAPI(

@@ -21,10 +21,13 @@ async def healthz() -> dict[str, Any]:
     return {"ok": True}
 
 
-@router.get("/readyz", openapi_extra=refusals("store_unavailable"))
+@router.get("/readyz", openapi_extra=refusals("store_unavailable", "clock_skew"))
 async def readyz(hub: HubDep) -> dict[str, Any]:
     if not await run_in_threadpool(hub.store.ping):
         raise TalariaError("store_unavailable", "the store does not answer")
+    problem = hub.replica.unready() if hub.replica is not None else None
+    if problem is not None:  # a PostgreSQL replica that cannot renew its row, or whose clock strays (scale.md 1)
+        raise problem
     return {"ok": True}
 
 

@@ -21,6 +21,7 @@ from talaria.hub.client_address import ClientAddresses
 from talaria.hub.dispatch.dispatcher import Dispatcher
 from talaria.hub.metrics import HubMetrics
 from talaria.hub.reaper import Reaper
+from talaria.hub.replica import Replica
 from talaria.hub.runners.channels import Channels
 from talaria.hub.runners.connections import RunnerHub
 from talaria.hub.runners.registry import RunnerRegistry
@@ -77,6 +78,7 @@ class Hub:
     chat_streams: ChatStreams
     team_people: TeamsForPeople
     team_reconciler: TeamReconciler | None = None  # None while the team set is not installed
+    replica: Replica | None = None  # this hub in the cluster's tables (scale.md 1); on SQLite it holds every role
     sealer: AuditSealer | None = None  # PostgreSQL's audit sealer (scale.md 2.4); SQLite chains inline
 
     def tick(self) -> None:
@@ -95,6 +97,9 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
         applied = migrations.upgrade(store)
         if applied:
             log.info("migrations_applied", applied=applied)
+        replica = Replica(store, settings, renew_s=timings.replica_renew_s,
+                          clock_check_s=timings.replica_clock_check_s)  # fmt: skip
+        replica.join()  # a clock that strays from the database server's refuses the start here
         engine = Engine(store, clock, settings)
         metrics = HubMetrics()
         engine.add_listener(metrics.on_signal)
@@ -162,8 +167,9 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
         team_people=TeamsForPeople(store, clock),
     )
     hub.reaper = Reaper(hub.tick, settings.lifecycle_reaper_interval_s)
+    hub.replica = replica
     if store.dialect == "postgresql":
-        hub.sealer = AuditSealer(store, settings.audit_seal_interval_ms)
+        hub.sealer = AuditSealer(store, settings.audit_seal_interval_ms, may_seal=lambda: replica.holds("audit_sealer"))
         hub.sealer.watch()
     if team_calls is not None:
         reconcile = Reconcile(store, clock, settings, audit_key, bot_access.allowed, engine)

@@ -34,3 +34,7 @@ class HubTimings:
     hermes_retry_max_s: float = 60.0
     # a chat event stream's silence before its ``: keepalive`` comment and session check (chat.md 4.1)
     chat_keepalive_s: float = 15.0
+    # a PostgreSQL replica's renewal of its row and role leases, and how often it compares its clock with the
+    # database server's (scale.md 1, 3.6)
+    replica_renew_s: float = 5.0
+    replica_clock_check_s: float = 60.0

@@ -1,12 +1,14 @@
 """The PostgreSQL audit sealer's loop (scale.md 2.4): ``audit.seal_all`` every ``audit.seal_interval_ms`` and
 soon after each audited commit of this process (``poke``, wired to the store's commit of
-``audit_pending_insert``). Role leases (scale.md 3.6) are not taken yet: every process sealing is correct, the
-head's row lock orders them, so a lease would only save work.
+``audit_pending_insert``), while ``may_seal`` says so: a hub replica's rounds run only while it holds the
+``audit_sealer`` role lease (scale.md 3.6). Any process sealing would be correct (the head's row lock orders them);
+the lease only saves work, so the last round at stop seals whatever the lease says.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import structlog
 
@@ -22,8 +24,9 @@ class AuditSealer:
     committed unsealed. ``sealed`` counts the events this sealer chained; ``sealed_some`` is set after a round that
     chained any (tests wait on it)."""
 
-    def __init__(self, store: Store, interval_ms: int) -> None:
+    def __init__(self, store: Store, interval_ms: int, *, may_seal: Callable[[], bool] = lambda: True) -> None:
         self._store = store
+        self._may_seal = may_seal
         self._interval_s = interval_ms / 1000
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -51,7 +54,8 @@ class AuditSealer:
             self._wake.clear()
             if self._stopping.is_set():
                 return
-            self.seal_once()
+            if self._may_seal():
+                self.seal_once()
 
     def seal_once(self) -> int:
         try:

@@ -1,0 +1,2 @@
+DROP TABLE hub_role_lease;
+DROP TABLE hub_replica;

@@ -1,0 +1,3 @@
+-- additive: true
+-- Replica rows and role leases are PostgreSQL's (scale.md 1, 3.6): a SQLite directory has one hub (hub.lock), which
+-- does every role itself, so this step changes nothing here.

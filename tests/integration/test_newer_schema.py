@@ -36,6 +36,7 @@ def test_a_newer_step_that_is_not_additive_stops_the_hub(tmp_path: Path, backend
     assert "listening" not in done.stdout
     status = talaria("db", "status", cwd=tmp_path, env=environment(tmp_path, backend_database))
     assert "team: version" in status.stdout and "(newer than this release)" in status.stdout
+    assert not any(line.startswith("replica ") for line in status.stdout.splitlines())  # a refused hub never joined
 
 
 def test_a_newer_additive_step_lets_the_hub_run(tmp_path: Path, backend_database: BackendDatabase) -> None:

@@ -97,15 +97,15 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
         applied = migrations.upgrade(store)
         if applied:
             log.info("migrations_applied", applied=applied)
-        replica = Replica(store, settings, renew_s=timings.replica_renew_s,
-                          clock_check_s=timings.replica_clock_check_s)  # fmt: skip
-        replica.join()  # a clock that strays from the database server's refuses the start here
         engine = Engine(store, clock, settings)
         metrics = HubMetrics()
         engine.add_listener(metrics.on_signal)
         report = engine.recover()
         with store.write() as tx:
             tx.run("tenant_ensure", name="default", now=clock.now_ms())
+        replica = Replica(store, settings, renew_s=timings.replica_renew_s,
+                          clock_check_s=timings.replica_clock_check_s)  # fmt: skip
+        replica.join()  # after recovery, so a refused start leaves no row; a clock that strays refuses it here
     except BaseException:
         store.close()
         raise

@@ -6,7 +6,7 @@ checks that the row's columns agree with C.
 
 On SQLite an event is chained inline: the transaction reads and moves the head row (``BEGIN IMMEDIATE`` serialises
 writers anyway). On PostgreSQL the transaction only records the event as pending, without ``seq``, and the sealer
-chains it after commit (scale.md 2.4, ``audit_seal``), so audited writers do not queue on one row.
+chains it after commit (scale.md 2.4, ``seal``), so audited writers do not queue on one row.
 """
 
 from __future__ import annotations

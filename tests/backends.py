@@ -8,6 +8,7 @@ from __future__ import annotations
 import secrets
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,16 @@ def new_postgres_database(server: PostgresServer, *, migrated: bool) -> str:
     name = f"t_{secrets.token_hex(8)}"
     admin.create_database(server.url(), name, template=_template(server) if migrated else None)
     return name
+
+
+@contextmanager
+def postgres_database(server: PostgresServer, *, migrated: bool) -> Iterator[str]:
+    """The URL of a new database on ``server`` (migrated, or empty), dropped afterwards."""
+    name = new_postgres_database(server, migrated=migrated)
+    try:
+        yield server.url(name)
+    finally:
+        admin.drop_database(server.url(), name)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -19,10 +19,9 @@ from talaria.lifecycle.engine import Engine
 from talaria.settings import Settings
 from talaria.store import migrations
 from talaria.store.interface import Store
-from talaria.store.postgres import admin
 from talaria.store.postgres.store import PostgresStore
 from talaria.testing.postgres_server import PostgresServer
-from tests.backends import new_postgres_database
+from tests.backends import postgres_database
 
 NOW = 1_784_628_000_000
 ACTOR = Actor("acct:default/alice", frozenset(), "web", "default")
@@ -30,9 +29,8 @@ ACTOR = Actor("acct:default/alice", frozenset(), "web", "default")
 
 @pytest.fixture
 def url(postgres_server: PostgresServer) -> Iterator[str]:
-    name = new_postgres_database(postgres_server, migrated=True)
-    yield postgres_server.url(name)
-    admin.drop_database(postgres_server.url(), name)
+    with postgres_database(postgres_server, migrated=True) as made:
+        yield made
 
 
 @pytest.fixture

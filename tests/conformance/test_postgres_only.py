@@ -17,7 +17,7 @@ from talaria.store.hub_keys import hub_key
 from talaria.store.postgres import admin
 from talaria.store.postgres.store import PostgresStore
 from talaria.testing.postgres_server import PostgresServer
-from tests.backends import new_postgres_database
+from tests.backends import new_postgres_database, postgres_database
 
 NOW = 1_784_628_000_000
 
@@ -115,8 +115,12 @@ def test_the_hub_keys_are_rows_made_once_and_a_kept_file_carries_over(
 ) -> None:
     """Scale.md 1: replicas share ``hub_secret`` rows; the first one's key wins, and a hub that kept ``audit.key``
     in its data directory before the rows existed brings those bytes."""
-    name = new_postgres_database(postgres_server, migrated=True)
-    stores = [PostgresStore(postgres_server.url(name)), PostgresStore(postgres_server.url(name))]
+    with postgres_database(postgres_server, migrated=True) as url:
+        stores = [PostgresStore(url), PostgresStore(url)]
+        keys_are_made_once(stores, tmp_path)
+
+
+def keys_are_made_once(stores: list[PostgresStore], tmp_path: Path) -> None:
     try:
         (tmp_path / "a").mkdir()
         (tmp_path / "b").mkdir()
@@ -130,4 +134,3 @@ def test_the_hub_keys_are_rows_made_once_and_a_kept_file_carries_over(
     finally:
         for store in stores:
             store.close()
-        admin.drop_database(postgres_server.url(), name)

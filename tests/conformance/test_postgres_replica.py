@@ -15,21 +15,19 @@ from talaria.errors import TalariaError
 from talaria.hub.replica import ROLES, Replica
 from talaria.settings import Settings
 from talaria.store.open import open_sqlite
-from talaria.store.postgres import admin
 from talaria.store.postgres.store import PostgresStore
 from talaria.testing.hub_server import HubServer
 from talaria.testing.postgres_server import PostgresServer
-from tests.backends import new_postgres_database
+from tests.backends import postgres_database
 
 
 @pytest.fixture
 def stores(postgres_server: PostgresServer) -> Iterator[list[PostgresStore]]:
-    name = new_postgres_database(postgres_server, migrated=True)
-    made = [PostgresStore(postgres_server.url(name)), PostgresStore(postgres_server.url(name))]
-    yield made
-    for store in made:
-        store.close()
-    admin.drop_database(postgres_server.url(), name)
+    with postgres_database(postgres_server, migrated=True) as url:
+        made = [PostgresStore(url), PostgresStore(url)]
+        yield made
+        for store in made:
+            store.close()
 
 
 def roles(store: PostgresStore) -> dict[str, tuple[str | None, int]]:
@@ -103,8 +101,11 @@ def test_a_sqlite_hub_holds_every_role_and_keeps_no_row(tmp_path: Path) -> None:
 
 
 def test_readyz_answers_503_with_the_replicas_reason(postgres_server: PostgresServer, tmp_path: Path) -> None:
-    name = new_postgres_database(postgres_server, migrated=True)
-    server = HubServer(tmp_path / "data", ManualClock(), database_url=postgres_server.url(name)).start()
+    with postgres_database(postgres_server, migrated=True) as url:
+        readyz_answers_the_replicas_reason(HubServer(tmp_path / "data", ManualClock(), database_url=url).start())
+
+
+def readyz_answers_the_replicas_reason(server: HubServer) -> None:
     try:
         assert httpx.get(f"{server.url}/readyz", timeout=10).status_code == 200
         clock = ManualClock(SystemClock().now_ms())
@@ -119,4 +120,3 @@ def test_readyz_answers_503_with_the_replicas_reason(postgres_server: PostgresSe
         server.hub.replica = own
     finally:
         server.stop()
-        admin.drop_database(postgres_server.url(), name)

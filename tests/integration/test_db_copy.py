@@ -20,13 +20,12 @@ from talaria.lifecycle.engine import Engine
 from talaria.settings import Settings
 from talaria.store import migrations
 from talaria.store.open import open_sqlite
-from talaria.store.postgres import admin
 from talaria.store.postgres import bulk as pg_copy
 from talaria.store.postgres.store import PostgresStore
 from talaria.testing.lifecycles import ADMIN as BOB
 from talaria.testing.lifecycles import TENANT, WORKER, WORKER_INSTANCE, idem, lifecycle, prepare_tasks
 from talaria.testing.postgres_server import PostgresServer
-from tests.backends import new_postgres_database, raw_sql
+from tests.backends import postgres_database, raw_sql
 from tests.integration.cli_support import HubProcess, clean_env, talaria
 
 PASSWORD = "a long enough password"
@@ -34,9 +33,8 @@ PASSWORD = "a long enough password"
 
 @pytest.fixture
 def target(postgres_server: PostgresServer) -> Iterator[str]:
-    name = new_postgres_database(postgres_server, migrated=False)
-    yield postgres_server.url(name)
-    admin.drop_database(postgres_server.url(), name)
+    with postgres_database(postgres_server, migrated=False) as made:
+        yield made
 
 
 def sqlite_hub_with_jobs(data: Path, finished: int, unfinished: int) -> list[str]:

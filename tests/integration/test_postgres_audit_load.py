@@ -15,9 +15,8 @@ import pytest
 from talaria.lifecycle import audit
 from talaria.settings import Settings
 from talaria.store.open import open_store
-from talaria.store.postgres import admin
 from talaria.testing.postgres_server import PostgresServer
-from tests.backends import new_postgres_database, raw_sql
+from tests.backends import postgres_database, raw_sql
 
 PROCESSES, THREADS, SECONDS = 8, 4, 30
 EVENTS_PER_JOB = (
@@ -27,9 +26,8 @@ EVENTS_PER_JOB = (
 
 @pytest.fixture
 def url(postgres_server: PostgresServer) -> Iterator[str]:
-    name = new_postgres_database(postgres_server, migrated=True)
-    yield postgres_server.url(name)
-    admin.drop_database(postgres_server.url(), name)
+    with postgres_database(postgres_server, migrated=True) as made:
+        yield made
 
 
 def test_eight_processes_of_audited_lifecycles_leave_one_gapless_chain_in_revision_order(

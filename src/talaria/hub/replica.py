@@ -29,7 +29,7 @@ from talaria.clock import Clock, SystemClock
 from talaria.errors import TalariaError
 from talaria.ids import mint
 from talaria.settings import Settings
-from talaria.store.interface import Store
+from talaria.store.interface import Store, Tx
 
 log = structlog.get_logger("talaria.hub")
 
@@ -68,7 +68,6 @@ class Replica:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.rounds = 0
 
     # ------------------------------------------------------------------ start, rounds, stop
 
@@ -85,9 +84,10 @@ class Replica:
         with self._store.write() as tx:
             tx.run("hub_replica_register", id=self.id, release=__version__, settings_digest=self.settings_digest,
                    now=now)  # fmt: skip
+            held = self._take_roles(tx, now)
         self._renewed_ms = self._checked_ms = now
         log.info("replica_started", replica=self.id, release=__version__, settings_digest=self.settings_digest)
-        self._take_roles(now)
+        self._hold(held)
 
     def start(self) -> None:
         if not self.clustered or self._thread is not None:
@@ -104,21 +104,21 @@ class Replica:
         """One round: renew the row, check the clock when due, take or renew the roles."""
         now = self._clock.now_ms()
         try:
-            with self._store.write() as tx:
+            if now - self._checked_ms >= self._clock_check_ms:
+                self._check_clock(now)
+            with self._store.write() as tx:  # one transaction a round: the row, the pruning, the roles
                 if tx.run("hub_replica_renew", id=self.id, now=now) == 0:  # pruned while away: join again
                     tx.run("hub_replica_register", id=self.id, release=__version__,
                            settings_digest=self.settings_digest, now=now)  # fmt: skip
                 tx.run("hub_replica_prune", before=now - PRUNE_AFTER_MS)
+                held = self._take_roles(tx, now)
             self._renewed_ms = now
-            if now - self._checked_ms >= self._clock_check_ms:
-                self._check_clock(now)
-            self._take_roles(now)
+            self._hold(held)
         except TalariaError as exc:
             log.warning("replica_renew_failed", replica=self.id, code=exc.code)
             if now - self._renewed_ms >= STALE_MS:
                 with self._lock:
                     self._roles.clear()
-        self.rounds += 1
 
     def _check_clock(self, now: int) -> None:
         skew = self.skew_ms()
@@ -128,17 +128,15 @@ class Replica:
                         skew_ms=skew, max_ms=self._max_skew_ms)  # fmt: skip
         self._skewed = skew > self._max_skew_ms
 
-    def _take_roles(self, now: int) -> None:
+    def _take_roles(self, tx: Tx, now: int) -> dict[str, int]:
+        """Take or renew every role in ``tx``; none while the clock strays. Returns the roles held, renewed ``now``."""
         if self._skewed:
-            with self._lock:
-                self._roles.clear()
-            return
-        held: dict[str, int] = {}
-        with self._store.write() as tx:
-            for role in ROLES:
+            return {}
+        return {role: now for role in ROLES
                 if tx.one("hub_role_lease_take", role=role, holder=self.id, now=now,
-                          expires_at=now + ROLE_TTL_MS) is not None:  # fmt: skip
-                    held[role] = now
+                          expires_at=now + ROLE_TTL_MS) is not None}  # fmt: skip
+
+    def _hold(self, held: dict[str, int]) -> None:
         with self._lock:
             gained = held.keys() - self._roles.keys()
             self._roles = held

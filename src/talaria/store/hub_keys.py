@@ -20,9 +20,8 @@ def hub_key(store: Store, data_dir: Path, name: str, now_ms: int) -> bytes:
         return key_file(data_dir / name)
     kept = data_dir / name
     value = kept.read_bytes() if kept.is_file() else secrets.token_bytes(32)
-    with store.write() as tx:
+    with store.write() as tx:  # the read in the same transaction sees the row, this replica's or the first one's
         tx.run("hub_secret_make", name=name, value=value, now=now_ms)
-    with store.read() as tx:
         row = tx.one("hub_secret_get", name=name)
     if row is None:
         raise StoreUnavailable(f"the hub key {name} is missing")

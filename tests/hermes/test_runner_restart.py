@@ -29,7 +29,7 @@ def test_a_killed_runner_leaves_the_turn_uncertain_and_never_replays_the_prompt(
             time.sleep(0.5)
         assert marker and node.model.turn_starts(marker) == 1
         wait_until(lambda: node.server.hub.runners.is_connected(node.runner_id), what="the new connection")
-        assert node.server.hub.runners.state_of(node.runner_id).queue == {}
+        assert node.server.hub.runners.pending_wires(node.runner_id) == []
         restarted.assert_silent_about(node.hermes.session_token)
     finally:
         restarted.stop()

@@ -27,6 +27,7 @@ import httpx
 from talaria.canonical import canonical_json
 from talaria.errors import TalariaError
 from talaria.hub.runners.connection_state import Command
+from talaria.hub.runners.connections import RunnerHub
 from talaria.testing.hub_server import HubServer
 from tests.conftest import add_account, login
 from tests.integration.web_support import assert_error
@@ -229,10 +230,21 @@ def done(server: HubServer, task: asyncio.Task[Any]) -> bool:
 def send(
     server: HubServer, runner_id: str, payload: dict[str, Any] | None = None, kind: str = "http"
 ) -> asyncio.Task[Any]:
-    """``RunnerHub.send`` of one command (no account, no profile: valid while the runner is enabled)."""
-    return spawn(
-        server, server.hub.runners.send(runner_id, kind, payload or dict(OFF_LIST), account=None, profile=None)
-    )
+    """``RunnerHub.send`` of one command (no account, no profile: valid while the runner is enabled), returned once
+    it is in the queue or refused (the shared transport inserts its row on a worker thread)."""
+    body = payload or dict(OFF_LIST)
+
+    async def start() -> asyncio.Task[Any]:
+        runners = server.hub.runners
+        before = sum(1 for w in runners.pending_wires(runner_id) if w["payload"] == body)
+        task = asyncio.get_running_loop().create_task(runners.send(runner_id, kind, body, account=None, profile=None))
+        task.add_done_callback(_retrieve)
+        while not task.done() and sum(1 for w in runners.pending_wires(runner_id) if w["payload"] == body) <= before:
+            await asyncio.sleep(0.001)
+        return task
+
+    task: asyncio.Task[Any] = server.call(start())
+    return task
 
 
 def send_captured(
@@ -245,9 +257,10 @@ def send_captured(
         runners = server.hub.runners
         task = asyncio.get_running_loop().create_task(runners.send(runner_id, kind, body, account=None, profile=None))
         task.add_done_callback(_retrieve)
-        await asyncio.sleep(0)
-        state = runners.state_of(runner_id)
-        [wire] = [c.wire() for c in state.queue.values() if c.payload is body]
+        wires: list[dict[str, Any]] = []
+        while not task.done() and not (wires := [w for w in runners.pending_wires(runner_id) if w["payload"] == body]):
+            await asyncio.sleep(0.001)  # the shared transport inserts the row on a worker thread
+        [wire] = wires
         return task, wire
 
     captured: tuple[asyncio.Task[Any], dict[str, Any]] = server.call(start())
@@ -266,7 +279,7 @@ def tick(server: HubServer) -> None:
     """One watchdog pass on the hub loop."""
 
     async def run() -> None:
-        server.hub.runners.tick()
+        await server.hub.runners.tick()
 
     server.call(run())
 
@@ -277,7 +290,9 @@ def inject(server: HubServer, runner_id: str, wire: dict[str, Any]) -> asyncio.T
 
     async def run() -> Any:
         runners = server.hub.runners
+        assert isinstance(runners, RunnerHub), "a command put straight into the queue of the in-process hub"
         state = runners.state_of(runner_id)
+        assert state is not None
         loop = asyncio.get_running_loop()
         command = Command(
             id=wire["id"],
@@ -304,16 +319,14 @@ def pending_wire(server: HubServer, runner_id: str) -> list[dict[str, Any]]:
     """The wire form of the runner's queued commands, in enqueue order."""
 
     async def read() -> list[dict[str, Any]]:
-        state = server.hub.runners.state_of(runner_id)
-        return [c.wire() for c in state.queue.values()] if state else []
+        return server.hub.runners.pending_wires(runner_id)
 
     wires: list[dict[str, Any]] = server.call(read())
     return wires
 
 
 def has_waiter(server: HubServer, runner_id: str) -> bool:
-    state = server.hub.runners.state_of(runner_id)
-    return state is not None and state.waiter is not None and not state.waiter.done()
+    return server.hub.runners.has_waiter(runner_id)
 
 
 # --- an oversized POST over a raw socket ------------------------------------------------------------------------

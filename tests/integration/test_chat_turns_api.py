@@ -106,7 +106,7 @@ def test_a_pending_turn_whose_runner_went_away_before_taking_its_first_command_w
     assert [w["kind"] for w in queued] == ["gateway.open"]
 
     async def gone() -> None:  # the watchdog's disconnect: the command was never taken, so it did not run
-        web.server.hub.runners.disconnect(runner_id, "watchdog")
+        await web.server.hub.runners.disconnect(runner_id, "watchdog")
 
     web.server.call(gone())
     waiting = wait_for(lambda: (t := web.user.get(url).json()["turn"])["waitingReason"] and t, "waiting again")

@@ -396,7 +396,7 @@ def test_a_local_disconnect_during_a_handshake_closes_the_late_socket(env: Env) 
     old_epoch = env.runner.a.server_epoch
 
     async def disconnect() -> None:
-        env.server.hub.runners.disconnect(env.runner_id, "test")
+        await env.server.hub.runners.disconnect(env.runner_id, "test")
 
     env.server.call(disconnect())
     with pytest.raises(TalariaError) as info:
@@ -689,7 +689,7 @@ def test_an_epoch_reset_closes_obsolete_gateways_exactly_once(env: Env) -> None:
     events_before = len(env.tap.bodies("event"))
 
     async def disconnect() -> None:
-        env.server.hub.runners.disconnect(env.runner_id, "test")
+        await env.server.hub.runners.disconnect(env.runner_id, "test")
 
     env.server.call(disconnect())
     wait_until(lambda: env.runner.a.connected and env.runner.a.server_epoch != old_epoch, what="a new epoch")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 if TYPE_CHECKING:
-    from talaria.hub.runners.connections import RunnerHub
+    from talaria.hub.runners.transport import RunnerTransport
 
 
 class HubMetrics:
@@ -48,8 +48,12 @@ class HubMetrics:
         )  # fmt: skip
         self.runners_online = Gauge("talaria_runners_online", "Runners with a connection state", registry=self.registry)
         self.commands_pending = Gauge("talaria_runner_commands_pending", "Commands queued", registry=self.registry)
+        self.wake_fallback = Counter(
+            "talaria_wake_fallback", "Waits ended by the fallback query, not a notification (PostgreSQL, scale.md 3.3)",
+            ["channel"], registry=self.registry,
+        )  # fmt: skip
 
-    def watch_runners(self, runners: RunnerHub) -> None:
+    def watch_runners(self, runners: RunnerTransport) -> None:
         self.runners_online.set_function(runners.connected_count)
         self.commands_pending.set_function(runners.pending_count)
 
@@ -57,6 +61,9 @@ class HubMetrics:
         self.runner_commands.labels(outcome).inc()
         if seconds is not None:
             self.runner_roundtrip.observe(seconds)
+
+    def observe_fallback_wake(self, channel: str) -> None:
+        self.wake_fallback.labels(channel).inc()
 
     def observe_team_call(self, tool: str, outcome: str) -> None:
         self.team_tool_calls.labels(tool, outcome).inc()

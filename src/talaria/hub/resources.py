@@ -25,6 +25,8 @@ from talaria.hub.replica import Replica
 from talaria.hub.runners.channels import Channels
 from talaria.hub.runners.connections import RunnerHub
 from talaria.hub.runners.registry import RunnerRegistry
+from talaria.hub.runners.shared_connections import SharedRunnerHub
+from talaria.hub.runners.transport import RunnerTransport
 from talaria.hub.runners.validity import Validity
 from talaria.hub.runtime.security_events import SecurityEvents
 from talaria.hub.teams.reconciler import TeamReconciler
@@ -38,7 +40,7 @@ from talaria.lifecycle.recovery import RecoveryReport
 from talaria.settings import Settings
 from talaria.store import migrations
 from talaria.store.interface import Store
-from talaria.store.open import open_store
+from talaria.store.open import open_store, signals_of
 from talaria.teams import catalog
 from talaria.teams.calls import TeamToolCalls
 from talaria.teams.people import TeamsForPeople
@@ -63,7 +65,7 @@ class Hub:
     recovery: RecoveryReport
     registry: RunnerRegistry
     validity: Validity
-    runners: RunnerHub
+    runners: RunnerTransport
     channels: Channels
     dispatcher: Dispatcher
     clients: ClientAddresses
@@ -109,7 +111,15 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
     except BaseException:
         store.close()
         raise
-    runners = RunnerHub(clock, Validity(store), observe=metrics.observe_command, timings=timings)
+    runners: RunnerTransport
+    if store.dialect == "postgresql":  # connection states and queue in tables, shared by the replicas (scale.md 3)
+        runners = SharedRunnerHub(
+            store, signals_of(store, listen=settings.database_listen), clock, Validity(store), replica_id=replica.id,
+            may_act=replica.holds, fallback_ms=settings.database_wake_fallback_ms, observe=metrics.observe_command,
+            on_fallback_wake=metrics.observe_fallback_wake, timings=timings,
+        )  # fmt: skip
+    else:
+        runners = RunnerHub(clock, Validity(store), observe=metrics.observe_command, timings=timings)
     metrics.watch_runners(runners)
     registry = RunnerRegistry(store, clock)
     channels = Channels(runners)

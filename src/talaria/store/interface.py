@@ -38,6 +38,25 @@ class Tx(Protocol):
         ...
 
 
+class Signals(Protocol):
+    """Wake-ups between replicas (PostgreSQL's LISTEN/NOTIFY, scale.md 3.3): a latency hint only. Whoever waits
+    re-reads the store when woken and also checks on its own schedule, so a lost notification delays, never loses."""
+
+    def subscribe(self, channel: str, callback: Callable[[str], None]) -> None:
+        """Call ``callback(id)`` for every id notified on ``channel`` (on another thread; quick, never raising)."""
+        ...
+
+    def on_reconnect(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` after the listen connection was lost and made again (notifications may be missed)."""
+        ...
+
+    def notify(self, channel: str, ident: str) -> None:
+        """Tell every replica about ``ident`` on ``channel``; call it after the transaction committed."""
+        ...
+
+    def start(self) -> None: ...
+
+
 class Store(Protocol):
     dialect: str
 

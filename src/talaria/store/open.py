@@ -10,7 +10,7 @@ from talaria.errors import StoreUnavailable
 from talaria.settings import Settings
 from talaria.store import data_dir as modes
 from talaria.store import hub_lock
-from talaria.store.interface import Store
+from talaria.store.interface import Signals, Store
 from talaria.store.sqlite import SQLiteStore
 
 SQLITE_NAME = "talaria.sqlite3"
@@ -81,6 +81,16 @@ def open_postgres(settings: Settings, *, application_name: str = "talaria", hub:
     )
     lock = single_hub_lock(settings.database_url) if hub else None
     return _holding(lock, lambda: PostgresStore(settings.database_url, pool))
+
+
+def signals_of(store: Store, *, listen: bool) -> Signals:
+    """The wake-ups between the replicas of a PostgreSQL store (scale.md 3.3): LISTEN/NOTIFY, or with
+    ``listen=False`` notify only (every waiter then relies on its fallback query)."""
+    from talaria.store.postgres.store import PostgresStore
+
+    if not isinstance(store, PostgresStore):
+        raise TypeError("only a PostgreSQL store has replicas to wake")
+    return store.signals(listen=listen)
 
 
 class _Closing(Protocol):

@@ -94,7 +94,7 @@ async def disable_runner(runner_id: RunnerId, admin: AdminDep, hub: HubDep) -> R
     _known(runner_id)
     if not await run_in_threadpool(hub.registry.disable, runner_id, admin.account.tenant):
         raise TalariaError("not_found", "no such runner")
-    hub.runners.disconnect(runner_id, "disabled")
+    await hub.runners.disconnect(runner_id, "disabled")
     return _no_store({"ok": True})
 
 

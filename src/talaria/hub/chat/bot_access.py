@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from talaria.accounts.service import Account
-from talaria.hub.runners.connections import RunnerHub
 from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
+from talaria.hub.runners.transport import RunnerTransport
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class BotProfile:
 
 
 class BotAccess:
-    def __init__(self, registry: RunnerRegistry, runners: RunnerHub) -> None:
+    def __init__(self, registry: RunnerRegistry, runners: RunnerTransport) -> None:
         self.registry = registry
         self.runners = runners
 

@@ -30,8 +30,8 @@ from talaria.hub.dispatch.hermes_hold import HermesHolds
 from talaria.hub.dispatch.holder import JobFailed, Lease, LeaseHolder
 from talaria.hub.dispatch.job_turns import JobTurn, JobTurns, NextStep, next_step
 from talaria.hub.runners.connection_state import AccountRef
-from talaria.hub.runners.connections import RunnerHub
 from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
+from talaria.hub.runners.transport import RunnerTransport
 from talaria.hub.timings import HubTimings
 from talaria.hub.turns.driver import TURN_TIMEOUT, TurnDriver, TurnHooks, TurnResult
 from talaria.lifecycle.actor import Actor, username_of
@@ -76,7 +76,7 @@ class Dispatcher:
         clock: Clock,
         settings: Settings,
         registry: RunnerRegistry,
-        runners: RunnerHub,
+        runners: RunnerTransport,
         driver: TurnDriver,
         timings: HubTimings | None = None,
     ) -> None:

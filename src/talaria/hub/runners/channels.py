@@ -12,20 +12,17 @@ import structlog
 from talaria.canonical import canonical_json, sha256_hex
 from talaria.errors import TalariaError
 from talaria.hub.runners import limits
-from talaria.hub.runners.connection_state import AccountRef, Command, ConnState, Gateway, Grant, ToolExecutor
-from talaria.hub.runners.connections import RunnerHub
+from talaria.hub.runners.connection_state import AccountRef, ConnState, Gateway, Grant, ToolExecutor
+from talaria.hub.runners.connections import gateway_closed
+from talaria.hub.runners.transport import RunnerTransport
 
 CREATES_SESSION = frozenset({"session.create", "session.resume"})
 CLEANUP_METHODS = frozenset({"session.resume", "session.interrupt", "session.close", "session.active_list"})
 log = structlog.get_logger("talaria.hub")
 
 
-def _closed(what: str = "the gateway connection is closed") -> TalariaError:
-    return TalariaError("runner_connection_closed", what, status=409)
-
-
 class Channels:
-    def __init__(self, runners: RunnerHub) -> None:
+    def __init__(self, runners: RunnerTransport) -> None:
         self.runners = runners
         self._closing: set[asyncio.Task[None]] = set()  # grant closes after a refusal, kept until done
 
@@ -73,7 +70,7 @@ class Channels:
 
     async def rpc(self, gateway: Gateway, method: str, params: dict[str, Any]) -> Any:
         if not gateway.open:
-            raise _closed()
+            raise gateway_closed()
         if gateway.cleanup_only and method == "session.resume" and params.get("session_id") != gateway.bound_stored_id:
             raise TalariaError("runner_cleanup_forbidden", "a cleanup channel resumes only its own stored session")
         if len(canonical_json(params)) > limits.MAX_RPC_PARAMS_BYTES:
@@ -105,7 +102,7 @@ class Channels:
             return
         state.gateways.pop(gateway.id, None)
         gateway.events.put_nowait(None)
-        self.runners.fail_where(state, lambda c: c.connection_id == gateway.id and c.kind != "gateway.close", _closed())
+        await self.runners.fail_gateway(state, gateway.id)
         if was_open:
             await self.runners.send(
                 gateway.runner_id, "gateway.close", {"connectionId": gateway.id}, account=gateway.account,
@@ -164,8 +161,8 @@ class Channels:
 
     # --- machine API ops (6.3, 10.4, 12.5) ------------------------------------------------------------------
 
-    def admit(self, state: ConnState, command_id: str) -> bool:
-        command = state.queue.get(command_id)
+    async def admit(self, state: ConnState, command_id: str) -> bool:
+        command = await self.runners.pending_command(state, command_id)
         if command is None or command.expires_at <= self.runners.clock.now_ms():
             return False
         if command.kind in ("gateway.close", "grant.close"):
@@ -189,24 +186,24 @@ class Channels:
                 return False
         return validity.check(command.account, state.runner_id, command.profile)
 
-    def event(self, state: ConnState, body: dict[str, Any]) -> None:
+    async def event(self, state: ConnState, body: dict[str, Any]) -> None:
         gateway = state.gateways.get(body["connectionId"])
         if gateway is None or not gateway.open:
             raise TalariaError("runner_connection_closed", "no such open connection", status=410)
         if body.get("closed") is True:
-            self._close_local(state, gateway)
+            await self._close_local(state, gateway)
             return
         if not gateway.cleanup_only and not self.runners.validity.check(gateway.account, state.runner_id, None):
             gateway.revoked = True
-            self._close_local(state, gateway)
+            await self._close_local(state, gateway)
             raise TalariaError("runner_connection_closed", "the connection's account lost its access", status=410)
         gateway.events.put_nowait(body["frame"])
 
-    def _close_local(self, state: ConnState, gateway: Gateway) -> None:
+    async def _close_local(self, state: ConnState, gateway: Gateway) -> None:
         gateway.open = False
         state.gateways.pop(gateway.id, None)
         gateway.events.put_nowait(None)
-        self.runners.fail_where(state, lambda c: _of_gateway(c, gateway), _closed())
+        await self.runners.fail_gateway(state, gateway.id)
 
     async def tool(self, state: ConnState, body: dict[str, Any]) -> Any:
         """Run one tool call of a grant (runner-protocol.md 12.5). Every call re-checks the grant's account
@@ -253,7 +250,3 @@ class Channels:
             await self.close_grant(grant)
         except TalariaError as exc:  # the runner went away: its grants died with its connection
             log.info("grant_close_failed", grant=grant.id, code=exc.code)
-
-
-def _of_gateway(command: Command, gateway: Gateway) -> bool:
-    return command.connection_id == gateway.id and command.kind != "gateway.close"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -15,6 +15,25 @@ class AccountRef:
     username: str
     tenant: str
     auth_version: int
+
+
+class CommandView(Protocol):
+    """What ``admit`` reads of a pending command, in memory or from its row."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def payload(self) -> dict[str, Any]: ...
+    @property
+    def expires_at(self) -> int: ...
+    @property
+    def account(self) -> AccountRef | None: ...
+    @property
+    def profile(self) -> str | None: ...
+    @property
+    def connection_id(self) -> str | None: ...
+    @property
+    def grant_id(self) -> str | None: ...
 
 
 @dataclass
@@ -96,3 +115,4 @@ class ConnState:
     waiter: asyncio.Future[str] | None = None
     gateways: dict[str, Gateway] = field(default_factory=dict)
     grants: dict[str, Grant] = field(default_factory=dict)
+    poll_token: str | None = None  # the shared hub's: this request's poll, current until a newer one (scale.md 3.3)

@@ -1,8 +1,8 @@
 """The in-process runner hub: connection states, the command queue and the long poll (runner-protocol.md
 5.1, 6). Everything runs on the hub's event loop; nothing here blocks on the network.
 
-One implementation of the ``RunnerTransport`` seam: a PostgreSQL-backed one for several hub replicas can
-replace it without touching the machine API routes or the hub operations built on it (``channels.py``).
+One implementation of the ``RunnerTransport`` seam (``transport.py``), the one hub of a SQLite directory; the
+PostgreSQL replicas share theirs in tables (``shared_connections.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from talaria.canonical import canonical_json
 from talaria.clock import Clock
 from talaria.errors import TalariaError, relayed
 from talaria.hub.runners import limits
-from talaria.hub.runners.connection_state import AccountRef, Command, ConnState
+from talaria.hub.runners.connection_state import AccountRef, Command, CommandView, ConnState
 from talaria.hub.runners.validity import Validity
 from talaria.hub.timings import HubTimings
 
@@ -44,27 +44,27 @@ class RunnerHub:
 
     # --- gate 3-8 (runner-protocol.md 4) -------------------------------------------------------------------
 
-    def enter(
+    async def enter(
         self, runner_id: str, instance: str, *, poll: bool, reset: bool, epoch: str | None, features: str | None
     ) -> tuple[ConnState, bool]:
         """Apply gates 3-8 for one request; returns the state and whether this request created it."""
         state = self.states.get(runner_id)
         if poll and reset and state is not None and state.instance == instance:
-            self.disconnect(runner_id, "reset")
+            self._disconnect(runner_id, "reset")
             state = None
         if not poll and (state is None or state.instance != instance):
-            raise TalariaError("runner_instance_changed", "this runner instance has no current connection state")
+            raise refused("runner_instance_changed")
         retired = self.retired.setdefault(runner_id, set())
         if instance in retired:
-            raise TalariaError("runner_instance_retired", "this runner instance was replaced; it stops for good")
+            raise refused("runner_instance_retired")
         if poll and state is not None and state.instance != instance:
             if len(retired) >= limits.MAX_RETIRED_INSTANCES:
-                raise TalariaError("runner_instance_limit", "too many replaced instances; register the runner again")
+                raise refused("runner_instance_limit")
             retired.add(state.instance)
-            self.disconnect(runner_id, "replaced")
+            self._disconnect(runner_id, "replaced")
             state = None
         if not poll and state is not None and epoch != state.epoch:
-            raise TalariaError("runner_epoch_changed", "the connection state changed; poll again")
+            raise refused("runner_epoch_changed")
         now = self.clock.now_ms()
         created = state is None
         if state is None:
@@ -211,7 +211,7 @@ class RunnerHub:
     def _expire(self, state: ConnState, command: Command) -> None:
         self._settle(state, command, error=self._lost(command))
 
-    def complete(self, state: ConnState, command_id: str, body: dict[str, Any]) -> None:
+    async def complete(self, state: ConnState, command_id: str, body: dict[str, Any]) -> None:
         """A ``result`` post: the command's one outcome; unknown or settled ids change nothing."""
         command = state.queue.get(command_id)
         if command is None:
@@ -224,13 +224,23 @@ class RunnerHub:
         else:
             self._settle(state, command, result=body["result"])
 
-    def fail_where(self, state: ConnState, match: Callable[[Command], bool], error: TalariaError) -> None:
-        for command in [c for c in state.queue.values() if match(c)]:
-            self._settle(state, command, error=error)
+    async def pending_command(self, state: ConnState, command_id: str) -> CommandView | None:
+        return state.queue.get(command_id)
+
+    async def fail_gateway(self, state: ConnState, connection_id: str) -> None:
+        self.fail_gateway_now(state, connection_id)
+
+    def fail_gateway_now(self, state: ConnState, connection_id: str) -> None:
+        for command in [c for c in state.queue.values() if c.connection_id == connection_id]:
+            if command.kind != "gateway.close":
+                self._settle(state, command, error=gateway_closed())
 
     # --- disconnect and liveness (6.3) -----------------------------------------------------------------------
 
-    def disconnect(self, runner_id: str, reason: str) -> None:
+    async def disconnect(self, runner_id: str, reason: str) -> None:
+        self._disconnect(runner_id, reason)
+
+    def _disconnect(self, runner_id: str, reason: str) -> None:
         """Full disconnect: end the waiting poll, forget the state, close its channels, fail its commands."""
         state = self.states.pop(runner_id, None)
         if state is None:
@@ -246,17 +256,17 @@ class RunnerHub:
         for grant in state.grants.values():
             grant.open = False
 
-    def tick(self) -> None:
+    async def tick(self) -> None:
         """One watchdog pass: disconnect every state not seen for more than 35 s."""
         now = self.clock.now_ms()
         for runner_id, state in list(self.states.items()):
             if now - state.seen > limits.OFFLINE_AFTER_S * 1000:
-                self.disconnect(runner_id, "watchdog")
+                self._disconnect(runner_id, "watchdog")
 
     async def _watch(self) -> None:
         while True:
             await asyncio.sleep(limits.WATCHDOG_PERIOD_S)
-            self.tick()
+            await self.tick()
 
     def start(self) -> None:
         if self._watchdog is None:
@@ -266,7 +276,7 @@ class RunnerHub:
         """Held polls answer ``hub_shutting_down`` at once; states are disconnected."""
         self.shutting_down = True
         for runner_id in list(self.states):
-            self.disconnect(runner_id, "shutdown")
+            self._disconnect(runner_id, "shutdown")
 
     async def stop(self) -> None:
         self.begin_shutdown()
@@ -302,3 +312,28 @@ class RunnerHub:
 
     def pending_count(self) -> int:
         return sum(len(state.queue) for state in self.states.values())
+
+    def pending_wires(self, runner_id: str) -> list[dict[str, Any]]:
+        state = self.states.get(runner_id)
+        return [c.wire() for c in state.queue.values()] if state else []
+
+    def has_waiter(self, runner_id: str) -> bool:
+        state = self.states.get(runner_id)
+        return state is not None and state.waiter is not None and not state.waiter.done()
+
+
+GATES = {
+    "runner_instance_changed": "this runner instance has no current connection state",
+    "runner_instance_retired": "this runner instance was replaced; it stops for good",
+    "runner_instance_limit": "too many replaced instances; register the runner again",
+    "runner_epoch_changed": "the connection state changed; poll again",
+}
+
+
+def refused(code: str) -> TalariaError:
+    """A refusal of gates 3-8, worded alike by both transports."""
+    return TalariaError(code, GATES[code])
+
+
+def gateway_closed(what: str = "the gateway connection is closed") -> TalariaError:
+    return TalariaError("runner_connection_closed", what, status=409)

@@ -1,7 +1,7 @@
 """The runner machine API, protocol v1 (runner-protocol.md 4): ``/api/runner/v1/{runnerId}/{op}``.
 
 Gate order: route (404 for an unknown op or a runner id that is not a lower-case UUID), then method (405);
-then 1 Origin/record/bearer, 2 instance and protocol headers, 3-8 the connection state (``RunnerHub.enter``),
+then 1 Origin/record/bearer, 2 instance and protocol headers, 3-8 the connection state (``RunnerTransport.enter``),
 9 body size and shape. Every answer carries ``Cache-Control: no-store``. Browser rules (session, CSRF) do not
 apply here: the bearer token does.
 """
@@ -26,8 +26,8 @@ from talaria.hub.middleware import answer_and_close, declared_length, drain
 from talaria.hub.runners import limits
 from talaria.hub.runners.channels import Channels
 from talaria.hub.runners.connection_state import ConnState, EncodedResult
-from talaria.hub.runners.connections import RunnerHub
 from talaria.hub.runners.registry import RunnerRegistry
+from talaria.hub.runners.transport import RunnerTransport
 
 
 class RequestObserver(Protocol):
@@ -41,7 +41,7 @@ class Hub(Protocol):
     @property
     def registry(self) -> RunnerRegistry: ...
     @property
-    def runners(self) -> RunnerHub: ...
+    def runners(self) -> RunnerTransport: ...
     @property
     def channels(self) -> Channels: ...
     @property
@@ -126,16 +126,16 @@ def _goodbye_body(body: dict[str, Any]) -> bool:
 
 
 async def _admit(hub: Hub, state: ConnState, body: dict[str, Any]) -> Any:
-    return {"allowed": hub.channels.admit(state, body["id"])}
+    return {"allowed": await hub.channels.admit(state, body["id"])}
 
 
 async def _result(hub: Hub, state: ConnState, body: dict[str, Any]) -> Any:
-    hub.runners.complete(state, body["id"], body)
+    await hub.runners.complete(state, body["id"], body)
     return {"ok": True}
 
 
 async def _event(hub: Hub, state: ConnState, body: dict[str, Any]) -> Any:
-    hub.channels.event(state, body)
+    await hub.channels.event(state, body)
     return {"ok": True}
 
 
@@ -147,7 +147,7 @@ async def _tool(hub: Hub, state: ConnState, body: dict[str, Any]) -> Any:
 
 
 async def _goodbye(hub: Hub, state: ConnState, body: dict[str, Any]) -> Any:
-    hub.runners.disconnect(state.runner_id, "goodbye")
+    await hub.runners.disconnect(state.runner_id, "goodbye")
     return {"ok": True}
 
 
@@ -201,13 +201,13 @@ async def _read_body(headers: dict[str, str], receive: Receive) -> bytes:
             return b"".join(chunks)
 
 
-def _gate_record(hub: Hub, runner_id: str, headers: dict[str, str]) -> None:
+async def _gate_record(hub: Hub, runner_id: str, headers: dict[str, str]) -> None:
     """Gate 1: no Origin, an enabled record, the matching bearer (compared as SHA-256, constant time)."""
     record = hub.registry.get(runner_id)
     auth = headers.get("authorization", "")
     token = auth[7:] if auth.startswith("Bearer ") else None
     if record is not None and not record.enabled:
-        hub.runners.disconnect(runner_id, "disabled")
+        await hub.runners.disconnect(runner_id, "disabled")
     if "origin" in headers or record is None or not record.enabled or not token or not record.token_matches(token):
         raise TalariaError("runner_unauthorized", "the runner was disabled or its token is invalid; register it again")
 
@@ -216,11 +216,11 @@ async def _handle(hub: Hub, headers: dict[str, str], receive: Receive, runner_id
     """The answer's value for one request (route and method already matched); refusals raise ``TalariaError``."""
     # Store reads here are primary-key lookups done on the loop: the connection state and its futures
     # belong to the event loop and must not be touched from worker threads.
-    _gate_record(hub, runner_id, headers)
+    await _gate_record(hub, runner_id, headers)
     instance = headers.get("x-runner-instance", "")
     if not UUID.match(instance) or headers.get("x-runner-protocol") != "1":
         raise TalariaError("runner_protocol_mismatch", "this hub speaks runner protocol 1")
-    state, created = hub.runners.enter(
+    state, created = await hub.runners.enter(
         runner_id,
         instance,
         poll=op == "poll",

@@ -20,8 +20,8 @@ from talaria.chat.usage import public as public_usage
 from talaria.chat.usage import turn_usage
 from talaria.clock import Clock
 from talaria.hub.chat.events import ChatEvents
-from talaria.hub.runners.connections import RunnerHub
 from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
+from talaria.hub.runners.transport import RunnerTransport
 from talaria.hub.timings import HubTimings
 from talaria.hub.turns.chat_channels import KeptChannels
 from talaria.hub.turns.chat_frames import Draft, TurnStream
@@ -48,7 +48,7 @@ class Place:
 class ChatContext:
     def __init__(
         self, *, store: Store, clock: Clock, settings: Settings, key: AuditKey, accounts: Accounts,
-        allowed: Allowed, registry: RunnerRegistry, runners: RunnerHub, driver: TurnDriver, events: ChatEvents,
+        allowed: Allowed, registry: RunnerRegistry, runners: RunnerTransport, driver: TurnDriver, events: ChatEvents,
         timings: HubTimings, team_calls: TeamToolCalls | None = None,
     ) -> None:  # fmt: skip
         self.store, self.clock, self.settings, self.key = store, clock, settings, key

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import psycopg_pool
@@ -27,6 +27,9 @@ from talaria.errors import StoreUnavailable, TalariaError
 from talaria.store.interface import FaultHook, Row
 from talaria.store.postgres.params import to_psycopg
 from talaria.store.queries import load
+
+if TYPE_CHECKING:
+    from talaria.store.postgres.signals import PostgresSignals
 
 log = structlog.get_logger("talaria.store")
 
@@ -124,6 +127,7 @@ class PostgresStore:
         self._on_close: list[Callable[[], None]] = []
         self._watched: dict[str, list[Callable[[], None]]] = {}
         self.fault_hook: FaultHook | None = None
+        self._signals: PostgresSignals | None = None
         s = self.settings
         options = (f"-c statement_timeout={int(s.statement_timeout_ms)} "
                    "-c idle_in_transaction_session_timeout=60000 -c TimeZone=UTC")  # fmt: skip
@@ -219,6 +223,14 @@ class PostgresStore:
     def maintain(self) -> None:
         """Nothing: autovacuum keeps the tables (scale.md 2.3)."""
 
+    def signals(self, *, listen: bool) -> PostgresSignals:
+        """This store's LISTEN/NOTIFY connections (made once; closed with the store; started by the caller)."""
+        if self._signals is None:
+            from talaria.store.postgres.signals import PostgresSignals
+
+            self._signals = PostgresSignals(self._url, listen=listen, application_name=self.settings.application_name)
+        return self._signals
+
     def on_close(self, release: Callable[[], None]) -> None:
         """Run ``release`` (say, ending the one-hub lock's session) when the store closes."""
         self._on_close.append(release)
@@ -227,6 +239,8 @@ class PostgresStore:
         if self._closed:
             return
         self._closed = True
+        if self._signals is not None:
+            self._signals.close()
         self._pool.close()
         for release in self._on_close:
             release()

@@ -1,0 +1,82 @@
+-- name: runner_conn_lock
+-- Gates 3-8 and every change of a connection state run holding its row (scale.md 3.3).
+SELECT runner_id, instance, epoch, created_at, seen_at, features, poll_token, poll_replica, draining_since
+FROM runner_conn WHERE runner_id = :runner_id FOR UPDATE
+
+-- name: runner_conn_get
+-- One runner's connection state, read without a lock.
+SELECT runner_id, instance, epoch, created_at, seen_at, features, poll_token, poll_replica, draining_since
+FROM runner_conn WHERE runner_id = :runner_id
+
+-- name: runner_conn_insert
+-- A poll with no state makes one; 0 rows when another replica's poll made it first (lock it then).
+INSERT INTO runner_conn (runner_id, instance, epoch, created_at, seen_at, features, poll_token, poll_replica)
+VALUES (:runner_id, :instance, :epoch, :now, :now, :features, :poll_token, :poll_replica)
+ON CONFLICT (runner_id) DO NOTHING
+RETURNING runner_id
+
+-- name: runner_conn_touch
+-- A request passed gate 8: seen (written at most once a second), features when the header came, the poll token.
+UPDATE runner_conn
+SET seen_at = CASE WHEN :now - seen_at >= 1000 THEN :now ELSE seen_at END,
+    features = COALESCE(:features, features),
+    poll_token = COALESCE(:poll_token, poll_token),
+    poll_replica = COALESCE(:poll_replica, poll_replica)
+WHERE runner_id = :runner_id
+
+-- name: runner_conn_delete
+-- A state ends (reset, goodbye, replaced, disabled, watchdog): by epoch, so a newer state is never ended.
+DELETE FROM runner_conn WHERE runner_id = :runner_id AND epoch = :epoch
+
+-- name: runner_conn_unseen
+-- The watchdog's candidates: states not seen since :before.
+SELECT runner_id, epoch FROM runner_conn WHERE seen_at < :before ORDER BY seen_at LIMIT 1000
+
+-- name: runner_conn_lock_unseen
+-- One candidate, still unseen and of the same epoch; skipped while a request holds it.
+SELECT runner_id, epoch FROM runner_conn
+WHERE runner_id = :runner_id AND epoch = :epoch AND seen_at < :before
+FOR UPDATE SKIP LOCKED
+
+-- name: runner_conn_ids
+-- The runners with a connection state.
+SELECT runner_id FROM runner_conn ORDER BY runner_id
+
+-- name: runner_conn_count
+-- The runners with a connection state (the gauge).
+SELECT COUNT(*) AS n FROM runner_conn
+
+-- name: runner_conn_watch
+-- The fallback of the runner channel (scale.md 3.3): for the runners this replica waits on, their state's epoch
+-- and poll token and whether a command is due; one query for every waiter.
+SELECT r.id AS runner_id, c.epoch, c.poll_token,
+       EXISTS (SELECT 1 FROM runner_command q WHERE q.epoch = c.epoch AND q.outcome IS NULL
+               AND q.next_delivery <= :now AND q.expires_at > :now) AS due
+FROM runner r LEFT JOIN runner_conn c ON c.runner_id = r.id
+WHERE r.id = ANY(:runner_ids)
+
+-- name: runner_conn_summary
+-- What the nodes page shows of a runner's connection.
+SELECT c.created_at, c.seen_at, c.features, s.seen_at AS last_seen_at
+FROM runner r LEFT JOIN runner_conn c ON c.runner_id = r.id LEFT JOIN runner_seen s ON s.runner_id = r.id
+WHERE r.id = :runner_id
+
+-- name: runner_conn_seen
+-- The last request that passed gate 8, kept after the state ends.
+INSERT INTO runner_seen (runner_id, seen_at) VALUES (:runner_id, :now)
+ON CONFLICT (runner_id) DO UPDATE SET seen_at = EXCLUDED.seen_at
+WHERE runner_seen.seen_at <= EXCLUDED.seen_at - 1000
+
+-- name: runner_conn_retired
+-- Whether an instance was replaced (gate 6), and how many were.
+SELECT EXISTS (SELECT 1 FROM runner_retired WHERE runner_id = :runner_id AND instance = :instance) AS retired,
+       (SELECT COUNT(*) FROM runner_retired WHERE runner_id = :runner_id) AS n
+
+-- name: runner_conn_retire
+-- An instance replaced by another one is remembered (gate 6).
+INSERT INTO runner_retired (runner_id, instance, retired_at) VALUES (:runner_id, :instance, :now)
+ON CONFLICT DO NOTHING
+
+-- name: runner_conn_prune_retired
+-- Replaced instances are remembered 24 h.
+DELETE FROM runner_retired WHERE retired_at < :before

@@ -72,6 +72,7 @@ STATUS_BY_CODE: Mapping[str, int] = {
     "runner_instance_changed": 409,
     "runner_instance_retired": 409,
     "runner_instance_limit": 409,
+    "runner_event_gap": 409,
     "runner_epoch_changed": 409,
     "runner_payload_limit": 413,
     "runner_grant_expired": 410,

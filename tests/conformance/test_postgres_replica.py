@@ -4,6 +4,7 @@ clock compared with the database server's. Driven with manual clocks and explici
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +19,12 @@ from talaria.store.open import open_sqlite
 from talaria.store.postgres.store import PostgresStore
 from talaria.testing.hub_server import HubServer
 from talaria.testing.postgres_server import PostgresServer
-from tests.backends import postgres_database
+from tests.backends import postgres_database, raw_sql
+
+ACTIVITY = (
+    "SELECT application_name FROM pg_stat_activity"
+    " WHERE datname = current_database() AND backend_type = 'client backend'"
+)
 
 
 @pytest.fixture
@@ -120,3 +126,19 @@ def readyz_answers_the_replicas_reason(server: HubServer) -> None:
         server.hub.replica = own
     finally:
         server.stop()
+
+
+def test_a_replicas_connections_are_named_talaria_slash_its_id(postgres_server: PostgresServer, tmp_path: Path) -> None:
+    """application_name = talaria/<replica id> (scale.md 2.2): an operator sees in pg_stat_activity whose they are."""
+    with postgres_database(postgres_server, migrated=True) as url:
+        server = HubServer(tmp_path / "data", ManualClock(), database_url=url).start()
+        try:
+            replica_id = server.hub.replica.id
+            assert replica_id.startswith("rep_")
+            wanted = {f"talaria/{replica_id}", f"talaria/{replica_id}/listen"}  # the pool's, the listener's
+            deadline = time.monotonic() + 10
+            while not wanted <= (names := {r["application_name"] for r in raw_sql(server.hub.settings, ACTIVITY)}):
+                assert time.monotonic() < deadline, names  # the listen connection is made on its own thread
+                time.sleep(0.02)
+        finally:
+            server.stop()

@@ -1,6 +1,7 @@
 """Chat turns through a hub process that is killed and restarted (chat.md 5.8, scenario 9), with a real ``talaria
 hub`` process, a real runner process and a real Hermes: a turn whose reply Hermes stored while the hub hung ends
-``completed`` from the history (``recovered: true``); a turn killed while it streamed ends ``uncertain`` and the
+``completed`` from the history (``recovered: true``); a turn killed while it streamed (and the hub away past the
+runner's 20 s of riding out, ``failover-v1``) ends ``uncertain`` and the
 next turn starts a new session with the replaced session's notice; a reconnecting stream gets ``stream.reset``.
 The model sees each prompt once; no message text reaches the audit table or the processes' logs."""
 
@@ -68,13 +69,14 @@ def test_a_hub_that_hung_and_was_killed_mid_turn_completes_the_turn_from_the_his
 def test_a_hub_killed_while_the_turn_streams_ends_it_uncertain_and_the_next_turn_replaces_the_session(
     site: Site, hermes: RealHermes, model: ModelServer
 ) -> None:
-    model.script(when("killed hub", slow("word " * 60, first_byte_delay_s=1.0, chunk_delay_s=0.25)),
+    # 40 s of streaming: the turn still runs when the runner's 20 s of riding out the hub's absence end
+    model.script(when("killed hub", slow("word " * 160, first_byte_delay_s=1.0, chunk_delay_s=0.25)),
                  when("after the crash", reply("A fresh session.")))  # fmt: skip
     conversation_id = start_chat(site.alice, make_bot(site.alice))
     turn_id = send(site.alice, conversation_id, "keep writing when the killed hub is gone").json()["turn"]["id"]
     model.wait_for(lambda log: any("killed hub" in (r.last_user or "") for r in log), timeout=60)
     site.kill_hub()
-    site.runner.wait_for("runner disconnected: transport", timeout=30)
+    site.runner.wait_for("runner disconnected: transport", timeout=45)
     site.restart_hub()
     alice = sign_in(site.url, "alice")
     done = wait_turn(alice, conversation_id, turn_id, timeout=90)
@@ -88,5 +90,5 @@ def test_a_hub_killed_while_the_turn_streams_ends_it_uncertain_and_the_next_turn
     assert seen(model, marker) == 1
     alice.close()
     assert audit_verifies(site.tmp / "data")
-    said = ["keep writing when the killed hub is gone", "after the crash", "A fresh session.", ("word " * 60).strip()]
+    said = ["keep writing when the killed hub is gone", "after the crash", "A fresh session.", ("word " * 160).strip()]
     assert_text_kept_out(said, site.data, *site.logs())

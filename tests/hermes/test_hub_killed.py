@@ -2,13 +2,14 @@
 (the dispatcher issue, hermes.md 11, runner-protocol.md 5.2), with a real ``talaria hub`` process, a real runner
 process and a real Hermes.
 
-When the hub goes away, the runner's poll fails and its local disconnect interrupts every session it still has
+When the hub goes away, the runner rides its poll failures out for 20 s (``failover-v1``, scale.md 3.5); after
+that, or when the restarted hub's new epoch is seen, its local disconnect interrupts every session it still has
 marked running. So what the restarted hub can recover depends on where the turn was:
 
 - the hub hung (SIGSTOP) while the turn went on, Hermes finished it, then the hub was killed: nothing was running
   when the runner noticed, the reply is in Hermes' history, and the job's next attempt completes from it;
-- the hub killed while the turn still streamed: the runner interrupted it, the history holds the marked prompt and
-  no reply, and the next attempt fails ``runner_command_uncertain``.
+- the hub killed while the turn still streamed and away past the 20 s: the runner interrupted it, the history holds
+  the marked prompt and no reply, and the next attempt fails ``runner_command_uncertain``.
 
 Either way the model sees the prompt exactly once.
 """
@@ -66,9 +67,10 @@ def test_a_hub_that_hung_and_was_killed_mid_turn_completes_the_job_from_the_hist
 def test_a_hub_killed_while_the_turn_streams_fails_the_job_uncertain_and_never_replays_it(
     site: Site, hermes: RealHermes, model: ModelServer
 ) -> None:
-    job = turn_under_way(site, model, "killed hub", "keep writing when the killed hub is gone", "word " * 60)
+    # 40 s of streaming: the turn still runs when the runner's 20 s of riding out end
+    job = turn_under_way(site, model, "killed hub", "keep writing when the killed hub is gone", "word " * 160)
     site.kill_hub()
-    site.runner.wait_for("runner disconnected: transport", timeout=30)
+    site.runner.wait_for("runner disconnected: transport", timeout=45)
     site.restart_hub()
     done = wait_job(site.root, job["id"], finished, timeout=90)
     assert done["state"] == "FAILED" and done["attempt"] == 2, done

@@ -198,11 +198,26 @@ def test_a_second_runner_on_the_same_state_directory_exits_2(site: Site) -> None
     assert third.stop() == 0
 
 
-def test_a_poll_failure_prints_runner_disconnected_with_its_reason_and_the_runner_retries(site: Site) -> None:
+def test_a_hub_restarted_within_the_failover_window_is_ridden_out_and_its_new_epoch_adopted(site: Site) -> None:
+    """failover-v1 (scale.md 3.5): 503 hub_shutting_down and refused connections within 20 s are no disconnect;
+    the restarted SQLite hub's new epoch is (runner connected again, without a disconnect line)."""
     process = site.running()
     site.server.stop()  # held polls answer 503 hub_shutting_down, then nothing listens
-    wait_until(lambda: any(line.startswith("runner disconnected: ") for line in process.lines), what="the line")
-    assert "runner disconnected: hub_shutting_down" in process.lines, process.stderr
+    site.server.start()
+    process.wait_for("runner connected", count=2)
+    assert not [line for line in process.lines if line.startswith("runner disconnected")], process.stderr
+    assert process.stop() == 0, process.stderr
+    assert_stopped_last(process)
+
+
+def test_a_hub_away_past_the_failover_window_prints_runner_disconnected_and_the_runner_retries(site: Site) -> None:
+    process = site.running()
+    site.server.stop()
+    # the first failure is 503 hub_shutting_down, ridden out; 20 s after the last good poll was sent, the failure
+    # then (a refused connection) is a local disconnect
+    wait_until(lambda: any(line.startswith("runner disconnected: ") for line in process.lines), what="the line",
+               timeout=45)  # fmt: skip
+    assert "runner disconnected: transport" in process.lines, process.stderr
     # retries (transport errors) never stop the runner, only terminal codes do: it is back once the hub is
     site.server.start()
     process.wait_for("runner connected", count=2)

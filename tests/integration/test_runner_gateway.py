@@ -16,7 +16,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,8 +37,9 @@ from talaria.runner.hub_client import Wire, hub_wire
 from talaria.runner.receipts import Receipts
 from talaria.testing.hermes_fixture import HermesFixture
 from talaria.testing.hub_server import HubServer
-from talaria.wire import WireReply
+from talaria.wire import WireError, WireReply
 from tests.conftest import add_account
+from tests.tcp_proxy import TcpProxy
 
 T = TypeVar("T")
 HUB_PROFILES = ["default", "work", "ghost", "local-off"]  # the runner record and the accounts
@@ -63,9 +65,17 @@ class HubTap:
         self.hold_admit = threading.Event()
         self.admit_held = threading.Event()
         self.release_admit = threading.Event()
+        self.echo = True  # False: poll answers lose X-Hub-Features, as from a hub without failover-v1
+        self.lose_event_answers = 0  # the answers of this many next event posts are lost after the hub took them
 
     async def request(
-        self, method: str, target: str, *, headers: dict[str, str] | None = None, body: bytes | None = None
+        self,
+        method: str,
+        target: str,
+        *,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
+        timeout: float | None = None,
     ) -> WireReply:
         op = target.rsplit("/", 1)[-1]
         if method == "POST":
@@ -75,14 +85,27 @@ class HubTap:
             self.admit_held.set()
             while not self.release_admit.is_set():
                 await asyncio.sleep(0.01)
-        return await self.inner.request(method, target, headers=headers, body=body)
+        reply = await self.inner.request(method, target, headers=headers, body=body, timeout=timeout)
+        if op == "poll" and not self.echo:
+            reply = replace(reply, headers={k: v for k, v in reply.headers.items() if k != "x-hub-features"})
+        if op == "event" and self.lose_event_answers > 0:
+            self.lose_event_answers -= 1
+            raise WireError("closed", "the answer was lost (test)")  # the hub took it; the runner cannot know
+        return reply
 
     async def aclose(self) -> None:
         await self.inner.aclose()
 
     def bodies(self, op: str) -> list[dict[str, Any]]:
+        """The POST bodies of ``op`` in order, an event's ``seq`` left out (``seqs`` has them)."""
         with self.lock:
-            return [body for name, body in self.posts if name == op]
+            return [{k: v for k, v in body.items() if k != "seq"} for name, body in self.posts if name == op]
+
+    def seqs(self, connection_id: str) -> list[int | None]:
+        """The ``seq`` of each event post of one connection, retries included."""
+        with self.lock:
+            return [body.get("seq") for name, body in self.posts
+                    if name == "event" and body["connectionId"] == connection_id]  # fmt: skip
 
     def result_of(self, predicate: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
         return [body for body in self.bodies("result") if predicate(body)]
@@ -91,10 +114,11 @@ class HubTap:
 class RunnerThread:
     """An ``Agent`` running on its own event loop in a background thread."""
 
-    def __init__(self, config: RunnerConfig, receipts: Receipts, tap: HubTap) -> None:
+    def __init__(self, config: RunnerConfig, receipts: Receipts, tap: HubTap, **agent: Any) -> None:
         self.config = config
         self.receipts = receipts
         self.tap = tap
+        self.agent_kwargs = agent
         self.out = io.StringIO()
         self.agent: Agent | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -105,7 +129,9 @@ class RunnerThread:
     def _run(self) -> None:
         async def main() -> int:
             self.loop = asyncio.get_running_loop()
-            self.agent = Agent(self.config, self.receipts, SystemClock(), out=self.out, hub_wire=self.tap)
+            self.agent = Agent(
+                self.config, self.receipts, SystemClock(), out=self.out, hub_wire=self.tap, **self.agent_kwargs
+            )
             self._started.set()
             return await self.agent.run()
 
@@ -236,8 +262,12 @@ def hermes() -> Iterator[HermesFixture]:
         yield fixture
 
 
-@pytest.fixture
-def env(tmp_path: Path, hermes: HermesFixture, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
+@contextmanager
+def running_env(
+    tmp_path: Path, hermes: HermesFixture, monkeypatch: pytest.MonkeyPatch, *, proxy: TcpProxy | None = None,
+    **agent: Any,
+) -> Iterator[Env]:  # fmt: skip
+    """A hub, the runner registered on it (reaching it through ``proxy`` when given) and connected."""
     monkeypatch.setenv("HERMES_DASHBOARD_SESSION_TOKEN", hermes.session_token)
     server = HubServer(tmp_path / "data", SystemClock()).start()
     runner: RunnerThread | None = None
@@ -245,14 +275,17 @@ def env(tmp_path: Path, hermes: HermesFixture, monkeypatch: pytest.MonkeyPatch) 
     try:
         for username in ("alice", "bob"):
             add_account(server, username, allowed_profiles={"local": HUB_PROFILES})
+        if proxy is not None:
+            proxy.backends = [("127.0.0.1", int(server.url.rsplit(":", 1)[1]))]
         fields = parse_registration(
-            {"name": "node", "allowedProfiles": HUB_PROFILES, "hermesURL": hermes.url}, default_server_url=server.url
+            {"name": "node", "allowedProfiles": HUB_PROFILES, "hermesURL": hermes.url},
+            default_server_url=proxy.url if proxy is not None else server.url,
         )
         registration = server.hub.registry.register("default", fields)
         config = parse_config(registration.config | {"allowedProfiles": RUNNER_PROFILES})
         tap = HubTap(hub_wire(config.server_url, config.runner_id))
         receipts = Receipts(tmp_path / "runner-commands.sqlite3", SystemClock())
-        runner = RunnerThread(config, receipts, tap).start()
+        runner = RunnerThread(config, receipts, tap, **agent).start()
         wait_until(lambda: runner is not None and runner.a.connected, what="the runner to connect")
         wait_until(lambda: server.hub.runners.is_connected(registration.runner.id), what="the hub state")
         yield Env(server, hermes, runner, tap, registration.runner.id, receipts)
@@ -262,6 +295,12 @@ def env(tmp_path: Path, hermes: HermesFixture, monkeypatch: pytest.MonkeyPatch) 
         if receipts is not None:
             receipts.close()
         server.stop()
+
+
+@pytest.fixture
+def env(tmp_path: Path, hermes: HermesFixture, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
+    with running_env(tmp_path, hermes, monkeypatch) as made:
+        yield made
 
 
 # --- opening, a turn, events ---------------------------------------------------------------------------------------
@@ -839,3 +878,85 @@ def test_a_team_tool_call_travels_from_the_loopback_listener_to_the_hub_and_back
         wait_until(lambda: not env.runner.a.grants.open_ids(), what="the grant to be disposed")
         with pytest.raises(httpx.TransportError):
             listener.post("/tools/list", content=b"{}", headers=headers)
+
+
+# --- failover-v1 (scale.md 3.5) -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def proxy() -> Iterator[TcpProxy]:
+    made = TcpProxy([]).start()
+    try:
+        yield made
+    finally:
+        made.stop()
+
+
+def lines_with(env: Env, text: str) -> list[str]:
+    return [line for line in env.runner.lines() if text in line]
+
+
+def test_a_session_runs_on_through_a_hub_outage_within_the_failover_window(
+    tmp_path: Path, hermes: HermesFixture, monkeypatch: pytest.MonkeyPatch, proxy: TcpProxy
+) -> None:
+    with running_env(tmp_path, hermes, monkeypatch, proxy=proxy) as env:
+        assert env.runner.a.hub.failover, "the hub echoes failover-v1"
+        gateway = env.open()
+        runtime_id, _ = env.create(gateway)
+        channel, disconnects, epoch = env.channels()[gateway.id], env.runner.a.disconnects, env.runner.a.server_epoch
+        with proxy.outage():  # the held poll is reset; new connections are refused
+            wait_until(lambda: env.runner.a.polls_ridden_out >= 2, what="two poll failures ridden out")
+            assert env.runner.a.connected and env.channels() == {gateway.id: channel}
+        assert env.rpc(gateway, "prompt.submit", {"session_id": runtime_id, "text": "after"}) == {"status": "streaming"}
+        frames = env.frames(gateway, lambda f: complete(f, runtime_id))
+        assert frames[-1] is not None and frames[-1]["payload"]["text"] == "echo: after"
+        assert (env.runner.a.disconnects, env.runner.a.server_epoch) == (disconnects, epoch)
+        assert lines_with(env, "runner connected") == ["runner connected"]
+        assert lines_with(env, "runner disconnected") == []
+        seqs = env.tap.seqs(gateway.id)
+        assert seqs == sorted(seqs) and sorted(set(seqs)) == list(range(1, max(seqs) + 1)), seqs  # retries repeat
+
+
+def test_an_outage_longer_than_the_window_is_a_local_disconnect_and_a_new_epoch(
+    tmp_path: Path, hermes: HermesFixture, monkeypatch: pytest.MonkeyPatch, proxy: TcpProxy
+) -> None:
+    with running_env(tmp_path, hermes, monkeypatch, proxy=proxy, failover_window_s=0.5) as env:
+        gateway = env.open()
+        env.create(gateway)
+        epoch = env.runner.a.server_epoch
+        with proxy.outage():
+            wait_until(lambda: lines_with(env, "runner disconnected"), what="the local disconnect")
+            assert env.channels() == {}, "the disconnect closed the channel on the runner"
+        wait_until(lambda: len(lines_with(env, "runner connected")) == 2, what="a new connection")
+        assert env.runner.a.server_epoch != epoch, "the reconnect was a reset poll: a new state"
+        assert lines_with(env, "runner disconnected")[0].startswith("runner disconnected: transport")
+
+
+def test_without_the_hubs_echo_a_failed_poll_is_a_local_disconnect_at_once(
+    tmp_path: Path, hermes: HermesFixture, monkeypatch: pytest.MonkeyPatch, proxy: TcpProxy
+) -> None:
+    with running_env(tmp_path, hermes, monkeypatch, proxy=proxy) as env:
+        env.tap.echo = False
+        gateway = env.open()  # this command's poll answer carried no echo
+        assert not env.runner.a.hub.failover
+        assert env.channels()[gateway.id].numbered is False
+        with proxy.outage():
+            wait_until(lambda: lines_with(env, "runner disconnected"), what="the local disconnect")
+        assert env.runner.a.polls_ridden_out == 0
+
+
+def test_an_event_whose_answer_was_lost_is_posted_again_and_stored_once(env: Env) -> None:
+    gateway = env.open()
+    runtime_id, _ = env.create(gateway)
+    env.queued_frames(gateway)
+    env.tap.lose_event_answers = 3
+    assert env.rpc(gateway, "prompt.submit", {"session_id": runtime_id, "text": "hello"}) == {"status": "streaming"}
+    frames = [f for f in env.frames(gateway, lambda f: complete(f, runtime_id)) if f is not None]
+    assert [f["type"] for f in frames].count("message.complete") == 1
+    assert frames[-1]["payload"]["text"] == "echo: hello"
+    assert len(frames) == len({json.dumps(f, sort_keys=True) for f in frames}), "no frame stored twice"
+    seqs = [n for n in env.tap.seqs(gateway.id) if n is not None]
+    assert sorted(set(seqs)) == list(range(1, max(seqs) + 1)), "gapless"
+    assert len(seqs) - len(set(seqs)) == 3, "each lost answer made one retry of the same seq"
+    assert env.runner.a.hub.retries == 3
+    assert lines_with(env, "runner disconnected") == []

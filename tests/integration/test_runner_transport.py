@@ -21,7 +21,7 @@ import pytest
 from talaria.clock import ManualClock
 from talaria.errors import TalariaError
 from talaria.hub.runners import limits
-from talaria.hub.runners.connection_state import AccountRef
+from talaria.hub.runners.connection_state import AccountRef, Gateway
 from talaria.hub.timings import HubTimings
 from talaria.testing.hub_server import HubServer
 from tests.backends import BackendDatabase
@@ -400,6 +400,85 @@ def test_features_are_filtered_and_replaced_by_every_header_even_an_empty_one(no
     assert assert_machine_ok(held.result(10))["commands"] == []
     wait_until(lambda: node.summary()["features"] == [], what="the empty header to clear the list")
     assert not second.done()
+
+
+def test_every_poll_answer_echoes_the_offered_features_this_hub_accepts(node: Node) -> None:
+    """X-Hub-Features (scale.md 3.5): what this poll offered and the hub implements, sorted; empty without an offer."""
+    machine = node.machine()
+    first = machine.poll(features="failover-v1, vm-v1,team-tools-v1,")
+    assert_machine_ok(first)
+    assert first.headers["x-hub-features"] == "failover-v1,team-tools-v1"
+    again = machine.poll(features="export-v1")
+    assert again.headers["x-hub-features"] == "export-v1", "each answer echoes its own poll's offer"
+    bare = machine.poll()
+    assert bare.headers["x-hub-features"] == ""
+    refused = machine.poll(headers={"Authorization": "Bearer no"}, features="failover-v1")
+    assert_machine_error(refused, 403, "runner_unauthorized")
+    assert "x-hub-features" not in refused.headers, "only a poll's answer echoes"
+    assert "x-hub-features" not in machine.post("admit", {"id": "x"}).headers
+
+
+def open_gateway(node: Node, machine: Machine) -> Gateway:
+    """A hub-side gateway of ``machine``'s state, opened by answering its ``gateway.open`` as a runner would."""
+    root = node.server.hub.accounts.get("root")
+    assert root is not None
+    account = AccountRef(root.username, root.tenant, root.auth_version)
+    task = spawn(node.server, node.server.hub.channels.open_gateway(node.id, account))
+    [command] = assert_machine_ok(machine.poll())["commands"]
+    assert command["kind"] == "gateway.open"
+    assert assert_machine_ok(machine.post("admit", {"id": command["id"]})) == {"allowed": True}
+    assert_machine_ok(machine.post("result", {"id": command["id"], "result": {"ok": True}}))
+    gateway = outcome(node.server, task)
+    assert isinstance(gateway, Gateway), gateway
+    return gateway
+
+
+def queued_frames(node: Node, gateway: Gateway) -> list[Any]:
+    async def read() -> list[Any]:
+        frames = []
+        while not gateway.events.empty():
+            frames.append(gateway.events.get_nowait())
+        return frames
+
+    frames: list[Any] = node.server.call(read())
+    return frames
+
+
+def test_numbered_events_are_stored_once_in_order_and_a_gap_is_409_runner_event_gap(node: Node) -> None:
+    machine = connected(node)
+    gateway = open_gateway(node, machine)
+
+    def event(seq: int, n: int) -> dict[str, Any]:
+        return {"connectionId": gateway.id, "seq": seq, "frame": {"type": "message.delta", "payload": {"n": n}}}
+
+    assert assert_machine_ok(machine.post("event", event(1, 1))) == {"ok": True}
+    assert assert_machine_ok(machine.post("event", event(1, 1))) == {"ok": True}, "a retry: 200, no effect"
+    assert_machine_ok(machine.post("event", event(2, 2)))
+    refused = machine.post("event", event(4, 4))
+    assert_machine_error(refused, 409, "runner_event_gap")
+    assert "3" in refused.json()["error"]
+    assert_machine_ok(machine.post("event", event(3, 3)))
+    assert_machine_ok(machine.post("event", event(2, 99)))  # stored already, whatever it says now
+    assert [f["payload"]["n"] for f in queued_frames(node, gateway)] == [1, 2, 3]
+    assert gateway.open, "a gap closes nothing at the hub; the runner closes the connection"
+    assert_machine_ok(machine.post("event", {"connectionId": gateway.id, "seq": 4, "closed": True}))
+    assert not gateway.open
+    again = machine.post("event", {"connectionId": gateway.id, "seq": 4, "closed": True})
+    assert_machine_error(again, 410, "runner_connection_closed")
+
+
+def test_an_event_seq_must_be_a_positive_integer_within_json_s_safe_range(node: Node) -> None:
+    machine = connected(node)
+    gateway = open_gateway(node, machine)
+    frame = {"type": "t"}
+    for seq in (0, -1, 1.0, "1", True, None, 2**53):
+        body = {"connectionId": gateway.id, "seq": seq, "frame": frame}
+        assert_machine_error(machine.post("event", body), 400, "invalid_json", seq)
+    assert queued_frames(node, gateway) == []
+    largest = {"connectionId": gateway.id, "seq": 2**53 - 1, "frame": frame}
+    assert_machine_error(machine.post("event", largest), 409, "runner_event_gap")  # a valid number, out of order
+    assert_machine_ok(machine.post("event", {"connectionId": gateway.id, "seq": 1, "frame": frame}))
+    assert queued_frames(node, gateway) == [frame]
 
 
 def test_last_seen_moves_only_for_requests_that_pass_gate_8(node: Node) -> None:

@@ -41,7 +41,10 @@ class Team:
 
     def tools(self, turn_text: str) -> Callable[..., Any]:
         """A caller of the team tools bound for the turn whose prompt holds ``turn_text``."""
-        wait_until(lambda: self._binding(turn_text) is not None, what=f"the grant of the turn {turn_text!r}")
+        # a reconciler wake, a delivery, a chat turn, a gateway and a grant: a generous bound for a loaded machine
+        wait_until(
+            lambda: self._binding(turn_text) is not None, what=f"the grant of the turn {turn_text!r}", timeout=30
+        )
         bind = self._binding(turn_text)
         assert bind is not None
         headers = {"Authorization": f"Bearer {bind['token']}"}

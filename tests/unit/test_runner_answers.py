@@ -36,7 +36,13 @@ class ScriptedHub:
         self.posted = asyncio.Event()
 
     async def request(
-        self, method: str, target: str, *, headers: dict[str, str] | None = None, body: bytes | None = None
+        self,
+        method: str,
+        target: str,
+        *,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
+        timeout: float | None = None,
     ) -> WireReply:
         op = target.rsplit("/", 1)[-1]
         if op == "admit":

@@ -200,7 +200,13 @@ class QuietHub:
         self.polls = 0
 
     async def request(
-        self, method: str, target: str, *, headers: dict[str, str] | None = None, body: bytes | None = None
+        self,
+        method: str,
+        target: str,
+        *,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
+        timeout: float | None = None,
     ) -> WireReply:
         if target.endswith("/poll"):
             self.polls += 1

@@ -48,10 +48,15 @@ def settings_digest(settings: Settings) -> str:
     return digest({key: str(value) for key, value in shown.items()})
 
 
+def new_replica_id(clock: Clock | None = None) -> str:
+    """``rep_<ULID>``: minted before the store opens, so its connections are named ``talaria/<id>`` (scale.md 2.2)."""
+    return mint("rep", (clock or SystemClock()).now_ms())
+
+
 class Replica:
     def __init__(
         self, store: Store, settings: Settings, *, clock: Clock | None = None, renew_s: float = 5.0,
-        clock_check_s: float = 60.0,
+        clock_check_s: float = 60.0, replica_id: str | None = None,
     ) -> None:  # fmt: skip
         self._store = store
         self._clock = clock or SystemClock()
@@ -59,7 +64,7 @@ class Replica:
         self._clock_check_ms = int(clock_check_s * 1000)
         self._max_skew_ms = settings.database_max_clock_skew_ms
         self.clustered = store.dialect == "postgresql"
-        self.id = mint("rep", self._clock.now_ms())
+        self.id = replica_id or new_replica_id(self._clock)
         self.settings_digest = settings_digest(settings)
         self._renewed_ms = 0
         self._checked_ms = 0

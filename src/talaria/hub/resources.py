@@ -21,7 +21,7 @@ from talaria.hub.client_address import ClientAddresses
 from talaria.hub.dispatch.dispatcher import Dispatcher
 from talaria.hub.metrics import HubMetrics
 from talaria.hub.reaper import Reaper
-from talaria.hub.replica import Replica
+from talaria.hub.replica import Replica, new_replica_id
 from talaria.hub.runners.channels import Channels
 from talaria.hub.runners.connections import RunnerHub
 from talaria.hub.runners.registry import RunnerRegistry
@@ -94,7 +94,9 @@ class Hub:
 def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None) -> Hub:
     """Open the store, apply pending migrations, run start-up recovery (lifecycle.md 10)."""
     timings = timings or HubTimings()
-    store = open_store(settings, hub=True)  # creates or tightens the data directory (0700, files 0600)
+    replica_id = new_replica_id()
+    # creates or tightens the data directory (0700, files 0600); PostgreSQL connections are named for the replica
+    store = open_store(settings, hub=True, application_name=f"talaria/{replica_id}")
     try:
         applied = migrations.upgrade(store)
         if applied:
@@ -106,7 +108,7 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
         with store.write() as tx:
             tx.run("tenant_ensure", name="default", now=clock.now_ms())
         replica = Replica(store, settings, renew_s=timings.replica_renew_s,
-                          clock_check_s=timings.replica_clock_check_s)  # fmt: skip
+                          clock_check_s=timings.replica_clock_check_s, replica_id=replica_id)  # fmt: skip
         replica.join()  # after recovery, so a refused start leaves no row; a clock that strays refuses it here
     except BaseException:
         store.close()

@@ -1,5 +1,10 @@
 """The runner's connection loop (runner-protocol.md 3, 5.2, 6.2): poll, adopt epochs, run commands.
 
+With ``failover-v1`` echoed by the hub (scale.md 3.5), a poll failing by transport or with 502, 503 or 504 is not a
+local disconnect while it is within ``failover_window_s`` (20 s) of sending the last poll that succeeded: the poll
+is sent again after 0.25 s doubling to 2 s (full jitter); an answer with the same epoch means nothing happened. A
+new epoch, a 403 or 409, or the window passing without success disconnects locally as protocol v1 says.
+
 Status lines on stderr: ``runner connected`` when a new epoch is adopted, ``runner disconnected:
 <reason>`` on a local disconnect caused by an error, ``runner: <code>: <advice>`` before a stop for good
 (a terminal refusal, exit status 1; ``receipts_failed``, a receipt the file refused, exit status 4, ADR
@@ -12,7 +17,9 @@ import asyncio
 import contextlib
 import random
 import sys
+import time
 import uuid
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from talaria.clock import Clock
@@ -25,12 +32,13 @@ from talaria.runner.executor import Executor
 from talaria.runner.gateway import Gateways
 from talaria.runner.grants import Grants
 from talaria.runner.http_kind import run_http
-from talaria.runner.hub_client import HubClient, HubError, Identity, Wire
+from talaria.runner.hub_client import RETRY_WINDOW_S, HubClient, HubError, Identity, Wire, retry_delays
 from talaria.runner.receipts import Receipts, ReceiptsError
 
 GRACE_S = 10.0
 GOODBYE_S = 2.0
 MAX_BACKOFF_S = 30.0
+RIDDEN_OUT = frozenset({0, 502, 503, 504})  # poll failures failover-v1 rides out: transport, a proxy, a stopping hub
 EXIT_TERMINAL = 1  # the hub refused this runner for good (TERMINAL_ADVICE)
 EXIT_RECEIPTS_FAILED = 4  # a receipt could not be written: stopped rather than leave a command unanswered
 RECEIPTS_ADVICE = "the runner stops; free or repair the disk of its state directory, then start it again"
@@ -52,18 +60,24 @@ class Agent:
         out: TextIO = sys.stderr,
         hub_wire: Wire | None = None,
         compact_interval_s: float = limits.RECEIPT_COMPACT_INTERVAL_S,
+        failover_window_s: float = RETRY_WINDOW_S,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self.clock = clock
         self.out = out
         self.instance = str(uuid.uuid4())
-        self.hub = HubClient(config.server_url, Identity(config.runner_id, config.token, self.instance), wire=hub_wire)
+        self.failover_window_s = failover_window_s
+        self._monotonic = monotonic
+        self.hub = HubClient(config.server_url, Identity(config.runner_id, config.token, self.instance), wire=hub_wire,
+                             retry_window_s=failover_window_s, monotonic=monotonic)  # fmt: skip
+        self.polls_ridden_out = 0  # poll failures that did not disconnect (failover-v1)
         self.receipts = receipts
         self._rest: HermesRest | None = None  # made on first use: no Hermes request before the first poll
         self.server_epoch: str | None = None
         self.connected = False
         self.disconnects = 0
-        self.features = ["team-tools-v1"] + (["export-v1"] if config.artifact_roots else [])
+        self.features = ["team-tools-v1", "failover-v1"] + (["export-v1"] if config.artifact_roots else [])
         self.gateways = Gateways(
             hub=self.hub,
             receipts=receipts,
@@ -117,10 +131,13 @@ class Agent:
 
     async def run(self) -> int:
         backoff = 0.0
+        last_ok_sent: float | None = None  # when the last poll that succeeded was sent
+        riding = retry_delays()
         try:
             self.compactor.start()
             while not self._stop.is_set():
                 counter = self.disconnects
+                sent = self._monotonic()
                 self._poll = asyncio.get_running_loop().create_task(
                     self.hub.poll(reset=not self.connected, features=self.features)
                 )
@@ -135,12 +152,18 @@ class Agent:
                         self.say(f"runner: {exc.code}: {TERMINAL_ADVICE[exc.code]}")
                         self.exit_code = EXIT_TERMINAL
                         break
+                    if self._rides_out(exc, last_ok_sent):
+                        self.polls_ridden_out += 1
+                        await self._pause(riding())
+                        continue
                     self.say(f"runner disconnected: {exc.code}")
                     await self.local_disconnect()
                     backoff = 1.0 if backoff == 0 else min(MAX_BACKOFF_S, backoff * 2)
                     await self._pause(random.uniform(0, backoff))  # noqa: S311 - jitter, not a secret
                     continue
                 backoff = 0.0
+                riding = retry_delays()
+                last_ok_sent = sent
                 if self.disconnects != counter:
                     continue  # a local disconnect overtook this poll: discard it entirely
                 if answer["epoch"] != self.server_epoch:
@@ -153,6 +176,16 @@ class Agent:
         finally:
             await self._shutdown()
         return self.exit_code
+
+    def _rides_out(self, exc: HubError, last_ok_sent: float | None) -> bool:
+        """failover-v1: a transport failure, 502, 503 or 504 within the window of the last poll that succeeded."""
+        return (
+            self.connected
+            and self.hub.failover
+            and exc.status in RIDDEN_OUT
+            and last_ok_sent is not None
+            and self._monotonic() - last_ok_sent < self.failover_window_s
+        )
 
     def _submit(self, command: Any, epoch: str) -> None:
         """Hand a command to the executor, noting the epoch and disconnect counter of its arrival."""
@@ -219,6 +252,10 @@ class Agent:
                 self.say(f"runner: local disconnect failed: {type(result).__name__}")
 
     async def _hub_error(self, exc: HubError) -> None:
+        """A post failed: a local disconnect, unless the post belonged to a connection that has already ended (a
+        retried post of an earlier epoch answered ``runner_epoch_changed`` by a restarted hub, say)."""
+        if exc.epoch is not None and exc.epoch != self.server_epoch:
+            return
         if self.connected:
             self.say(f"runner disconnected: {exc.code}")
             await self.local_disconnect()

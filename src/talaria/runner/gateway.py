@@ -17,6 +17,8 @@
   After an oversized event the runner also posts ``{connectionId, closed: true}``, so that the hub's side of the
   connection ends too.
 - Any event post failure other than 410 triggers the agent's full local disconnect (``on_hub_failure``).
+- Opened while the hub echoes ``failover-v1``, a channel numbers its event posts (``seq`` 1, 2, …, the close marker
+  included); the hub stores each once and answers 409 ``runner_event_gap`` for a gap, which closes it like a 410.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ class Gateways:
             raise forbidden("this connection id is not a new UUID")
         if len(self.channels) >= MAX_CHANNELS:
             raise CommandError("runner_busy", "this node has 64 gateway connections open")
-        channel = Channel(connection_id, cleanup_only, epoch)
+        channel = Channel(connection_id, cleanup_only, epoch, numbered=self.hub.failover)
         self.channels[connection_id] = channel
         if self.disconnects() != counter:
             self._drop(channel)
@@ -302,11 +304,16 @@ class Gateways:
                 return
 
     async def _post(self, channel: Channel, body: dict[str, Any]) -> bool:
-        """Post one event body; False when the channel must stop (410: closed here too; else: full disconnect)."""
+        """Post one event body; False when the channel must stop (410 or ``runner_event_gap``: closed here too;
+        else: full disconnect). A numbered channel's posts carry ``seq`` 1, 2, … (the close marker included)."""
+        if channel.numbered:
+            channel.seq += 1
+            if self.hub.failover:  # a feature is used only while the last poll answer listed it
+                body = {**body, "seq": channel.seq}
         try:
             await self.hub.post("event", channel.epoch, body)
         except HubError as exc:
-            if exc.status == 410:
+            if exc.status == 410 or exc.code == "runner_event_gap":
                 await self._begin_close(channel, deadline=self._interrupt_deadline())
             else:
                 await self.on_hub_failure(exc)

@@ -60,6 +60,8 @@ class Channel:
     queue: asyncio.Queue[Frame | Lost] = field(default_factory=asyncio.Queue)
     forwarder: asyncio.Task[None] | None = None
     closing: asyncio.Task[None] | None = None
+    numbered: bool = False  # opened while the hub echoed failover-v1: each event post carries its seq
+    seq: int = 0  # the last event number posted
 
     def owns(self, runtime_id: Any) -> bool:
         return not self.closed and isinstance(runtime_id, str) and runtime_id in self.sessions

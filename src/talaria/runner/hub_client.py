@@ -4,12 +4,21 @@ No redirects, 25 s per request, responses over 40 MiB refused, no Origin, no coo
 hosts are reached directly (proxy variables ignored, ``localhost`` as ``127.0.0.1``). Requests go
 through the lean ``WireClient``; only a non-loopback hub behind a proxy from the environment
 (``HTTPS_PROXY`` and friends, ``NO_PROXY`` honoured) goes through httpx, which speaks to proxies.
+
+``hub_features`` is what the last poll answer's ``X-Hub-Features`` listed; a feature is used only while it is
+listed. With ``failover-v1`` (scale.md 3.5) a poll's read timeout is 17 s (the 15 s hold + 2 s), and ``admit``,
+``result``, ``event`` and ``tool`` posts failing by transport are sent again, the same body, after 0.25 s doubling
+to 2 s (full jitter), until ``retry_window_s`` (20 s) after the first send.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
+import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -20,6 +29,12 @@ from talaria.wire import WireClient, WireError, WireReply
 
 REQUEST_TIMEOUT_S = 25.0
 MAX_RESPONSE_BYTES = 40 * 1024 * 1024
+FAILOVER = "failover-v1"
+POLL_READ_TIMEOUT_S = 17.0  # with failover-v1: the hold (15 s) + 2 s
+RETRY_WINDOW_S = 20.0
+RETRY_FIRST_S = 0.25
+RETRY_MAX_S = 2.0
+RETRIED_OPS = frozenset({"admit", "result", "event", "tool"})  # idempotent at the hub (scale.md 3.5)
 TERMINAL_CODES = frozenset(
     {"runner_unauthorized", "runner_protocol_mismatch", "runner_instance_retired", "runner_instance_limit"}
 )
@@ -28,11 +43,12 @@ TERMINAL_CODES = frozenset(
 class HubError(Exception):
     """A non-200 answer (``status``, ``code``) or a transport failure (status 0, code ``transport``)."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, epoch: str | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.status = status
         self.code = code
         self.message = message
+        self.epoch = epoch  # the epoch a post was sent under (None for a poll)
 
     @property
     def terminal(self) -> bool:
@@ -57,7 +73,13 @@ def _direct_url(server_url: str) -> str:
 
 class Wire(Protocol):
     async def request(
-        self, method: str, target: str, *, headers: dict[str, str] | None = None, body: bytes | None = None
+        self,
+        method: str,
+        target: str,
+        *,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
+        timeout: float | None = None,
     ) -> WireReply: ...
 
     async def aclose(self) -> None: ...
@@ -70,10 +92,17 @@ class ProxiedWire:
         self.http = httpx.AsyncClient(base_url=base_url, timeout=REQUEST_TIMEOUT_S, follow_redirects=False)
 
     async def request(
-        self, method: str, target: str, *, headers: dict[str, str] | None = None, body: bytes | None = None
+        self,
+        method: str,
+        target: str,
+        *,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
+        timeout: float | None = None,
     ) -> WireReply:
         try:
-            async with self.http.stream(method, target, headers=headers, content=body) as response:
+            limit = httpx.Timeout(timeout) if timeout is not None else httpx.USE_CLIENT_DEFAULT
+            async with self.http.stream(method, target, headers=headers, content=body, timeout=limit) as response:
                 chunks, size = [], 0
                 async for chunk in response.aiter_bytes():
                     size += len(chunk)
@@ -107,10 +136,35 @@ def hub_wire(server_url: str, runner_id: str) -> Wire:
     return WireClient(url, max_body=MAX_RESPONSE_BYTES, timeout=REQUEST_TIMEOUT_S)
 
 
+def retry_delays(first: float = RETRY_FIRST_S, most: float = RETRY_MAX_S) -> Callable[[], float]:
+    """Successive pauses between attempts: full jitter over a ceiling from ``first`` doubling to ``most``."""
+    ceiling = 0.0
+
+    def pause() -> float:
+        nonlocal ceiling
+        ceiling = first if ceiling == 0 else min(most, ceiling * 2)
+        return random.uniform(0, ceiling)  # noqa: S311 - jitter, not a secret
+
+    return pause
+
+
 class HubClient:
-    def __init__(self, server_url: str, identity: Identity, *, wire: Wire | None = None) -> None:
+    def __init__(
+        self, server_url: str, identity: Identity, *, wire: Wire | None = None, retry_window_s: float = RETRY_WINDOW_S,
+        monotonic: Callable[[], float] = time.monotonic, delays: Callable[[], Callable[[], float]] = retry_delays,
+    ) -> None:  # fmt: skip
         self.identity = identity
         self.wire = wire or hub_wire(server_url, identity.runner_id)
+        self.hub_features: frozenset[str] = frozenset()
+        self.retry_window_s = retry_window_s
+        self._monotonic = monotonic
+        self._delays = delays
+        self.retries = 0  # posts sent again after a transport failure
+
+    @property
+    def failover(self) -> bool:
+        """True while the last poll answer listed ``failover-v1``."""
+        return FAILOVER in self.hub_features
 
     async def close(self) -> None:
         await self.wire.aclose()
@@ -125,12 +179,14 @@ class HubClient:
             headers["X-Runner-Epoch"] = epoch
         return headers
 
-    async def _send(self, method: str, op: str, headers: dict[str, str], body: Any = None) -> Any:
+    async def _send(
+        self, method: str, op: str, headers: dict[str, str], body: Any = None, *, timeout: float | None = None
+    ) -> tuple[Any, dict[str, str]]:
         content = json.dumps(body).encode() if body is not None else None
         if content is not None:
             headers["Content-Type"] = "application/json"
         try:
-            reply = await self.wire.request(method, f"/{op}", headers=headers, body=content)
+            reply = await self.wire.request(method, f"/{op}", headers=headers, body=content, timeout=timeout)
         except WireError as exc:
             raise HubError(0, "transport", str(exc)) from exc
         raw, status = reply.body, reply.status
@@ -142,13 +198,16 @@ class HubClient:
             code = data.get("code") if isinstance(data, dict) else None
             message = data.get("error") if isinstance(data, dict) else None
             raise HubError(status, str(code or f"http_{status}"), str(message or f"HTTP {status}"))
-        return data
+        return data, reply.headers
 
     async def poll(self, *, reset: bool, features: list[str]) -> dict[str, Any]:
         headers = self._headers(None) | {"X-Runner-Features": ",".join(features)}
         if reset:
             headers["X-Runner-Reset"] = "1"
-        data = await self._send("GET", "poll", headers)
+        timeout = POLL_READ_TIMEOUT_S if self.failover else None
+        data, answered = await self._send("GET", "poll", headers, timeout=timeout)
+        echoed = answered.get("x-hub-features", "")
+        self.hub_features = frozenset(name.strip() for name in echoed.split(",") if name.strip())
         if (
             not isinstance(data, dict)
             or not isinstance(data.get("epoch"), str)
@@ -158,4 +217,23 @@ class HubClient:
         return data
 
     async def post(self, op: str, epoch: str, body: dict[str, Any]) -> Any:
-        return await self._send("POST", op, self._headers(epoch), body)
+        try:
+            return await self._post(op, epoch, body)
+        except HubError as exc:
+            exc.epoch = epoch  # so a late failure of an ended connection is told from one of the current
+            raise
+
+    async def _post(self, op: str, epoch: str, body: dict[str, Any]) -> Any:
+        if not (self.failover and op in RETRIED_OPS):
+            return (await self._send("POST", op, self._headers(epoch), body))[0]
+        ends = self._monotonic() + self.retry_window_s
+        delays = self._delays()
+        while True:
+            try:
+                return (await self._send("POST", op, self._headers(epoch), body))[0]
+            except HubError as exc:
+                pause = delays()
+                if exc.status != 0 or self._monotonic() + pause >= ends:
+                    raise
+            self.retries += 1
+            await asyncio.sleep(pause)

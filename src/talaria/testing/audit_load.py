@@ -3,15 +3,22 @@ scenario 11; ``bench/scale.py``): ``--threads`` engine threads each prepare a ta
 ``--seconds`` have passed (a lifecycle under way is finished), then the sealer stops, sealing what is left.
 
     python -m talaria.testing.audit_load --url postgresql://... --data-dir DIR [--threads 4] [--seconds 30]
+        [--prepare N --barrier]
 
-The last stdout line is one JSON object: ``jobs`` (lifecycles finished), ``sealed`` (events this process's sealer
-chained) and ``errors`` (one line each; a lifecycle answering wrongly or the store failing ends its thread).
+With ``--prepare N`` each thread creates and approves N tasks first (untimed) and then only runs lifecycles, at most
+one per prepared task; with ``--barrier`` the process prints ``ready`` once prepared and starts timing when a line
+arrives on its standard input, so that a benchmark starts several processes together.
+
+The last stdout line is one JSON object: ``jobs`` (lifecycles finished), ``seconds`` (timed, from the start to the
+last thread's end), ``sealed`` (events this process's sealer chained) and ``errors`` (one line each; a lifecycle
+answering wrongly or the store failing ends its thread).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import threading
 import time
 from pathlib import Path
@@ -24,7 +31,10 @@ from talaria.store.open import open_store
 from talaria.testing.lifecycles import TENANT, lifecycle, prepare_tasks
 
 
-def run(url: str, data_dir: Path, threads: int, seconds: float, seal_interval_ms: int) -> dict[str, object]:
+def run(
+    url: str, data_dir: Path, threads: int, seconds: float, seal_interval_ms: int, *, prepare: int = 0,
+    barrier: bool = False,
+) -> dict[str, object]:  # fmt: skip
     settings = Settings(data_dir=data_dir, database_url=url, database_pool_max=threads + 2)
     store = open_store(settings, application_name="talaria/audit-load")
     clock = SystemClock()
@@ -34,14 +44,22 @@ def run(url: str, data_dir: Path, threads: int, seconds: float, seal_interval_ms
     sealer = AuditSealer(store, seal_interval_ms)
     sealer.watch()
     sealer.start()
-    deadline = time.monotonic() + seconds
+    prepared = [prepare_tasks(engine, prepare) for _ in range(threads)] if prepare else [[] for _ in range(threads)]
+    if barrier:
+        print("ready", flush=True)
+        sys.stdin.readline()
+    started = time.monotonic()
+    deadline = started + seconds
     done = [0] * threads
     errors: list[str] = []
 
     def work(index: int) -> None:
+        tasks = iter(prepared[index])
         try:
             while time.monotonic() < deadline:
-                (task_id,) = prepare_tasks(engine, 1)
+                task_id = next(tasks, None) if prepare else prepare_tasks(engine, 1)[0]
+                if task_id is None:
+                    return
                 lifecycle(engine, task_id)
                 done[index] += 1
         except Exception as exc:  # reported, and the test fails on it
@@ -52,9 +70,10 @@ def run(url: str, data_dir: Path, threads: int, seconds: float, seal_interval_ms
         worker.start()
     for worker in workers:
         worker.join()
+    elapsed = time.monotonic() - started
     sealer.stop()
     store.close()
-    return {"jobs": sum(done), "sealed": sealer.sealed, "errors": errors}
+    return {"jobs": sum(done), "seconds": round(elapsed, 3), "sealed": sealer.sealed, "errors": errors}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,8 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--seal-interval-ms", type=int, default=200)
+    parser.add_argument("--prepare", type=int, default=0, help="tasks per thread approved before timing")
+    parser.add_argument("--barrier", action="store_true", help="print ready, then wait for a line on stdin")
     args = parser.parse_args(argv)
-    result = run(args.url, args.data_dir, args.threads, args.seconds, args.seal_interval_ms)
+    result = run(args.url, args.data_dir, args.threads, args.seconds, args.seal_interval_ms, prepare=args.prepare,
+                 barrier=args.barrier)  # fmt: skip
     print(json.dumps(result), flush=True)
     return 1 if result["errors"] else 0
 

@@ -190,6 +190,11 @@ class Channels:
         gateway = state.gateways.get(body["connectionId"])
         if gateway is None or not gateway.open:
             raise TalariaError("runner_connection_closed", "no such open connection", status=410)
+        seq = body.get("seq")
+        if seq is not None and seq <= gateway.last_seq:
+            return  # a retried post (failover-v1): stored already
+        if seq is not None and seq != gateway.last_seq + 1:
+            raise TalariaError("runner_event_gap", f"event {gateway.last_seq + 1} of this connection is missing")
         if body.get("closed") is True:
             await self._close_local(state, gateway)
             return
@@ -197,6 +202,8 @@ class Channels:
             gateway.revoked = True
             await self._close_local(state, gateway)
             raise TalariaError("runner_connection_closed", "the connection's account lost its access", status=410)
+        if seq is not None:
+            gateway.last_seq = seq
         gateway.events.put_nowait(body["frame"])
 
     async def _close_local(self, state: ConnState, gateway: Gateway) -> None:

@@ -71,6 +71,7 @@ class Gateway:
     events: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
     open: bool = True
     revoked: bool = False
+    last_seq: int = 0  # the last event number stored (failover-v1); 0 before the first
 
 
 ToolExecutor = Callable[[str, dict[str, Any]], Awaitable[Any]]

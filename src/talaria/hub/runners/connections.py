@@ -74,8 +74,7 @@ class RunnerHub:
         state.seen = now
         self.last_seen[runner_id] = now
         if features is not None:
-            names = {name.strip() for name in features.split(",")}
-            state.features = frozenset(names & limits.FEATURES)
+            state.features = limits.accepted_features(features)
         return state, created
 
     # --- poll (6.2) ------------------------------------------------------------------------------------------

@@ -21,5 +21,15 @@ POLL_HOLD_S: Final = 15  # empty batch
 WATCHDOG_PERIOD_S: Final = 5
 OFFLINE_AFTER_S: Final = 35  # disconnect, 503 runner_offline
 ONLINE_WITHIN_S: Final = 35  # summary "online"
-FEATURES: Final = frozenset({"team-tools-v1", "export-v1"})
+FEATURES: Final = frozenset({"team-tools-v1", "export-v1", "failover-v1"})  # echoed in X-Hub-Features
+MAX_EVENT_SEQ: Final = 2**53 - 1  # failover-v1's per-connection event numbers (JSON-safe integers)
+
+
+def accepted_features(offered: str | None) -> frozenset[str]:
+    """The names of ``X-Runner-Features`` this hub implements (what a poll answer echoes)."""
+    if offered is None:
+        return frozenset()
+    return frozenset(name.strip() for name in offered.split(",")) & FEATURES
+
+
 STOP_CLASS_RPCS: Final = frozenset({"session.interrupt", "session.close", "session.active_list"})

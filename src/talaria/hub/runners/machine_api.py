@@ -2,8 +2,9 @@
 
 Gate order: route (404 for an unknown op or a runner id that is not a lower-case UUID), then method (405);
 then 1 Origin/record/bearer, 2 instance and protocol headers, 3-8 the connection state (``RunnerTransport.enter``),
-9 body size and shape. Every answer carries ``Cache-Control: no-store``. Browser rules (session, CSRF) do not
-apply here: the bearer token does.
+9 body size and shape. Every answer carries ``Cache-Control: no-store``; a poll's also ``X-Hub-Features``, the
+offered features this hub accepts (scale.md 3.5). Browser rules (session, CSRF) do not apply here: the bearer
+token does.
 """
 
 from __future__ import annotations
@@ -57,6 +58,14 @@ class Encoded:
     body: bytes
 
 
+@dataclass(frozen=True)
+class Polled:
+    """A poll's answer and the offered features this hub accepts, echoed in ``X-Hub-Features`` (scale.md 3.5)."""
+
+    body: dict[str, Any]
+    features: str
+
+
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 log = structlog.get_logger("talaria.hub")
 
@@ -97,7 +106,9 @@ def _result_body(body: dict[str, Any]) -> bool:
 
 
 def _event_body(body: dict[str, Any]) -> bool:
-    keys = set(body)
+    keys = set(body) - {"seq"}  # failover-v1 numbers every event of a connection (scale.md 3.5)
+    if "seq" in body and not (type(body["seq"]) is int and 1 <= body["seq"] <= limits.MAX_EVENT_SEQ):
+        return False
     if keys == {"connectionId", "closed"}:
         return _text(body["connectionId"], 1, 64) and body["closed"] is True
     if keys != {"connectionId", "frame"} or not isinstance(body["frame"], dict):
@@ -229,7 +240,8 @@ async def _handle(hub: Hub, headers: dict[str, str], receive: Receive, runner_id
         features=headers.get("x-runner-features"),
     )
     if op == "poll":
-        return await hub.runners.poll(state, created)
+        echo = ",".join(sorted(limits.accepted_features(headers.get("x-runner-features"))))
+        return Polled(await hub.runners.poll(state, created), echo)
     body = _shape(op, await _read_body(headers, receive))
     handler = OPS[op].handler
     assert handler is not None
@@ -273,6 +285,10 @@ async def serve(hub: Hub, scope: Scope, receive: Receive, send: Send) -> None:
             if scope["method"] != method:
                 raise TalariaError("method_not_allowed", "method not allowed", headers={"Allow": method})
             answer = await _handle(hub, headers, tracked, parts[0], parts[1])
+            extra: list[tuple[bytes, bytes]] = []
+            if isinstance(answer, Polled):
+                extra.append((b"x-hub-features", answer.features.encode("ascii")))
+                answer = answer.body
             payload = answer.body if isinstance(answer, Encoded) else canonical_json(answer)
         except TalariaError as exc:
             response = error_response(exc)
@@ -293,7 +309,7 @@ async def serve(hub: Hub, scope: Scope, receive: Receive, send: Send) -> None:
             return
         status = 200
         length = (b"content-length", str(len(payload)).encode("ascii"))
-        await send({"type": "http.response.start", "status": 200, "headers": [*_OK_HEADERS, length]})
+        await send({"type": "http.response.start", "status": 200, "headers": [*_OK_HEADERS, *extra, length]})
         await send({"type": "http.response.body", "body": payload})
     finally:
         elapsed = time.perf_counter() - started

@@ -150,7 +150,7 @@ class SharedRunnerHub:
             raise TalariaError("hub_shutting_down", "this hub replica is shutting down; retry")
         token = uuid.uuid4().hex if poll else None
         if features is not None:
-            features = ",".join(sorted({name.strip() for name in features.split(",")} & limits.FEATURES))
+            features = ",".join(sorted(limits.accepted_features(features)))
         ended, row, created, held_by = await run_in_threadpool(
             self._enter, runner_id, instance, poll, reset, epoch, features, token
         )

@@ -1,5 +1,5 @@
 """A loopback TCP proxy for tests (scale.md 6): each new connection goes to the next backend in turn; it can cut
-every connection (reset, and new ones refused by an immediate close) and restore, or stop forwarding to one backend.
+every connection (reset, and new ones refused by an immediate close) and restore.
 
 It runs its own event loop on a thread, so tests on any thread drive it with plain calls.
 """
@@ -19,9 +19,6 @@ class TcpProxy:
     def __init__(self, backends: list[tuple[str, int]]) -> None:
         self.backends = list(backends)
         self.cut = False
-        self.skipped: set[int] = set()  # indexes of backends new connections skip
-        self.accepted = 0
-        self.refused = 0
         self._next = 0
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
@@ -85,37 +82,24 @@ class TcpProxy:
         finally:
             self.restore()
 
-    def skip(self, index: int) -> None:
-        """New connections no longer go to backend ``index`` (open ones stay)."""
-
-        def skip() -> None:
-            self.skipped.add(index)
-
-        self._call(skip)
-
     # --- forwarding -------------------------------------------------------------------------------------------
 
     def _choose(self) -> tuple[str, int] | None:
-        for _ in range(len(self.backends)):
-            index = self._next % len(self.backends)
-            self._next += 1
-            if index not in self.skipped:
-                return self.backends[index]
-        return None
+        if not self.backends:
+            return None
+        self._next += 1
+        return self.backends[(self._next - 1) % len(self.backends)]
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         backend = None if self.cut else self._choose()
         if backend is None:
-            self.refused += 1
             _reset(writer)
             return
         try:
             up_reader, up_writer = await asyncio.open_connection(*backend)
         except OSError:
-            self.refused += 1
             _reset(writer)
             return
-        self.accepted += 1
         self._live.update((writer, up_writer))
         try:
             await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))

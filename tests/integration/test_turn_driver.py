@@ -151,6 +151,9 @@ class Refusing:
             raise TalariaError("team_tools_forbidden", "team tools are no longer available to this turn")
         return EncodedResult('{"zeta":"' + self.grant_id + '","alpha":"é"}')
 
+    def descriptor(self) -> dict[str, Any]:
+        return {"kind": "probe"}  # no replica other than this hub runs its calls
+
     async def valid(self) -> bool:
         return not self.refuse
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import structlog
@@ -31,6 +32,7 @@ from talaria.hub.runners.validity import Validity
 from talaria.hub.runtime.security_events import SecurityEvents
 from talaria.hub.teams.reconciler import TeamReconciler
 from talaria.hub.timings import HubTimings
+from talaria.hub.turns import team_round, team_tools
 from talaria.hub.turns.chat_engine import ChatEngine
 from talaria.hub.turns.driver import TurnDriver
 from talaria.lifecycle.audit_key import AuditKey
@@ -124,7 +126,7 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
         runners = RunnerHub(clock, Validity(store), observe=metrics.observe_command, timings=timings)
     metrics.watch_runners(runners)
     registry = RunnerRegistry(store, clock)
-    channels = Channels(runners)
+    channels = Channels(runners, {team_tools.WHOAMI_KIND: team_tools.from_descriptor})
     dispatcher = Dispatcher(
         engine=engine, store=store, clock=clock, settings=settings, registry=registry, runners=runners,
         driver=TurnDriver(channels, registry, clock, grant_renew_s=timings.grant_renew_s), timings=timings,
@@ -139,6 +141,7 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
     if migrations.current(store).get("team", 0) > 0:  # chat.md 5.9: without the set, talaria_whoami alone
         team_calls = TeamToolCalls(store, clock, audit_key, bot_access, catalog.HANDLERS,
                                    count=metrics.observe_team_call)  # fmt: skip
+        channels.tool_kinds[team_round.ROUND_KIND] = functools.partial(team_round.from_descriptor, team_calls)
     chat_engine = ChatEngine(
         store=store, clock=clock, settings=settings, key=audit_key, accounts=accounts, allowed=bot_access.allowed,
         registry=registry, runners=runners, driver=TurnDriver(channels, registry, clock), events=chat_events,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -12,18 +13,20 @@ import structlog
 from talaria.canonical import canonical_json, sha256_hex
 from talaria.errors import TalariaError
 from talaria.hub.runners import limits
-from talaria.hub.runners.connection_state import AccountRef, ConnState, Gateway, Grant, ToolExecutor
-from talaria.hub.runners.connections import gateway_closed
-from talaria.hub.runners.transport import RunnerTransport
+from talaria.hub.runners.connection_state import AccountRef, ChannelRow, ConnState, Gateway, Grant, ToolExecutor
+from talaria.hub.runners.transport import RunnerTransport, connection_gone, gateway_closed
 
 CREATES_SESSION = frozenset({"session.create", "session.resume"})
 CLEANUP_METHODS = frozenset({"session.resume", "session.interrupt", "session.close", "session.active_list"})
 log = structlog.get_logger("talaria.hub")
+ToolKind = Callable[[str, dict[str, Any]], ToolExecutor]  # (grant id, the grant's tools) -> its executor
 
 
 class Channels:
-    def __init__(self, runners: RunnerTransport) -> None:
+    def __init__(self, runners: RunnerTransport, tool_kinds: dict[str, ToolKind] | None = None) -> None:
         self.runners = runners
+        # executors by a grant's ``tools["kind"]``, for calls of grants another replica owns (scale.md 4.3)
+        self.tool_kinds: dict[str, ToolKind] = dict(tool_kinds or {})
         self._closing: set[asyncio.Task[None]] = set()  # grant closes after a refusal, kept until done
 
     def _state(self, runner_id: str) -> ConnState:
@@ -50,7 +53,7 @@ class Channels:
     ) -> Gateway:
         state = self._state(runner_id)
         gateway = Gateway(str(uuid.uuid4()), runner_id, account, cleanup_only, bound_stored_id)
-        state.gateways[gateway.id] = gateway
+        await self.runners.add_channel(state, gateway)
         valid = self.runners.validity.runner_enabled(runner_id) if cleanup_only else None
         try:
             await self.runners.send(
@@ -63,8 +66,7 @@ class Channels:
                 valid=valid,
             )
         except TalariaError:
-            gateway.open = False
-            state.gateways.pop(gateway.id, None)
+            await self.runners.end_channel(state, "gateway", gateway.id)
             raise
         return gateway
 
@@ -97,12 +99,11 @@ class Channels:
     async def close_gateway(self, gateway: Gateway) -> None:
         """Close on the hub side (queued commands fail 409), then tell the runner (admitted whenever pending)."""
         state = self.runners.state_of(gateway.runner_id)
-        was_open, gateway.open = gateway.open, False
+        was_open = gateway.open
         if state is None:
+            gateway.open = False
             return
-        state.gateways.pop(gateway.id, None)
-        gateway.events.put_nowait(None)
-        await self.runners.fail_gateway(state, gateway.id)
+        await self.runners.end_channel(state, "gateway", gateway.id)
         if was_open:
             await self.runners.send(
                 gateway.runner_id, "gateway.close", {"connectionId": gateway.id}, account=gateway.account,
@@ -122,22 +123,30 @@ class Channels:
         catalog: list[dict[str, Any]],
         executor: ToolExecutor,
         turn_active: Any,
+        tools: dict[str, Any] | None = None,
     ) -> Grant:
         state = self._state(runner_id)
         if "team-tools-v1" not in state.features:
             raise TalariaError("runner_feature_required", "this execution node does not offer team-tools-v1")
         grant = Grant(str(uuid.uuid4()), runner_id, account, profile, work_id, executor, turn_active)
-        state.grants[grant.id] = grant
+        await self.runners.add_channel(state, grant)
+        if tools is not None:
+            await self.runners.describe_grant(state, grant.id, tools)
         payload = {"grantId": grant.id, "profile": profile, "workId": work_id, "session": session, "catalog": catalog}
         try:
             await self.runners.send(
                 runner_id, "grant.create", payload, account=account, profile=profile, grant_id=grant.id
             )
         except TalariaError:
-            grant.open = False
-            state.grants.pop(grant.id, None)
+            await self.runners.end_channel(state, "grant", grant.id)
             raise
         return grant
+
+    async def describe_grant(self, grant: Grant, tools: dict[str, Any]) -> None:
+        """What runs the grant's calls on another replica (``tool_kinds``), once known after its creation."""
+        state = self.runners.state_of(grant.runner_id)
+        if state is not None:
+            await self.runners.describe_grant(state, grant.id, tools)
 
     async def bind_grant(self, grant: Grant, session: dict[str, str]) -> int:
         if not grant.open:
@@ -149,11 +158,12 @@ class Channels:
         return int(reply["expiresAt"])
 
     async def close_grant(self, grant: Grant) -> None:
-        was_open, grant.open = grant.open, False
+        was_open = grant.open
         state = self.runners.state_of(grant.runner_id)
         if state is None:
+            grant.open = False
             return
-        state.grants.pop(grant.id, None)
+        await self.runners.end_channel(state, "grant", grant.id)
         if was_open:
             await self.runners.send(
                 grant.runner_id, "grant.close", {"grantId": grant.id}, account=grant.account, profile=None, valid=True
@@ -169,8 +179,8 @@ class Channels:
             return True
         validity = self.runners.validity
         if command.kind in ("gateway.open", "gateway.rpc"):
-            gateway = state.gateways.get(command.connection_id or "")
-            if gateway is None or not gateway.open:
+            gateway = await self.runners.channel(state, "gateway", command.connection_id or "")
+            if gateway is None:
                 return False
             method = command.payload.get("method")
             if gateway.cleanup_only and (command.kind == "gateway.open" or method in CLEANUP_METHODS):
@@ -178,82 +188,98 @@ class Channels:
             if method in limits.STOP_CLASS_RPCS:
                 return True
             ok = validity.check(command.account, state.runner_id, command.profile)
-            gateway.revoked = gateway.revoked or not ok
+            if not ok:
+                await self.runners.revoke_gateway(state, gateway.id)
             return ok
         if command.kind in ("grant.create", "grant.bind"):
-            grant = state.grants.get(command.grant_id or "")
-            if grant is None or not grant.open or not grant.turn_active():
+            grant = await self.runners.channel(state, "grant", command.grant_id or "")
+            if grant is None or (isinstance(grant.here, Grant) and not grant.here.turn_active()):
                 return False
         return validity.check(command.account, state.runner_id, command.profile)
 
     async def event(self, state: ConnState, body: dict[str, Any]) -> None:
-        gateway = state.gateways.get(body["connectionId"])
-        if gateway is None or not gateway.open:
-            raise TalariaError("runner_connection_closed", "no such open connection", status=410)
-        seq = body.get("seq")
-        if seq is not None and seq <= gateway.last_seq:
-            return  # a retried post (failover-v1): stored already
-        if seq is not None and seq != gateway.last_seq + 1:
-            raise TalariaError("runner_event_gap", f"event {gateway.last_seq + 1} of this connection is missing")
-        if body.get("closed") is True:
-            await self._close_local(state, gateway)
-            return
-        if not gateway.cleanup_only and not self.runners.validity.check(gateway.account, state.runner_id, None):
-            gateway.revoked = True
-            await self._close_local(state, gateway)
+        connection_id = body["connectionId"]
+        gateway = await self.runners.channel(state, "gateway", connection_id)
+        if gateway is None:
+            raise connection_gone()
+        closing = body.get("closed") is True
+        if (
+            not closing
+            and not gateway.cleanup_only
+            and not self.runners.validity.check(gateway.account, state.runner_id, None)
+        ):
+            await self.runners.end_channel(state, "gateway", connection_id, revoked=True)
             raise TalariaError("runner_connection_closed", "the connection's account lost its access", status=410)
-        if seq is not None:
-            gateway.last_seq = seq
-        gateway.events.put_nowait(body["frame"])
-
-    async def _close_local(self, state: ConnState, gateway: Gateway) -> None:
-        gateway.open = False
-        state.gateways.pop(gateway.id, None)
-        gateway.events.put_nowait(None)
-        await self.runners.fail_gateway(state, gateway.id)
+        await self.runners.record_event(state, connection_id, body.get("seq"), None if closing else body["frame"])
 
     async def tool(self, state: ConnState, body: dict[str, Any]) -> Any:
-        """Run one tool call of a grant (runner-protocol.md 12.5). Every call re-checks the grant's account
-        (enabled, ``auth_version`` unchanged, the profile still allowed): a failed check answers 403
-        ``team_tools_forbidden``, runs nothing and marks the grant revoked, which stops its turn. A tool that
-        answers ``team_tools_forbidden`` itself (the round lost its team permission) closes the grant once the
-        answer is on its way; the turn goes on without tools (team-tools.md 5)."""
-        grant = state.grants.get(body["grantId"])
-        if grant is None or not grant.open or grant.closing or not grant.turn_active():
+        """Run one tool call of a grant (runner-protocol.md 12.5) on this hub process, whichever owns the grant
+        (scale.md 4.3): the owner with the grant's executor, another with one made from the grant's ``tools``.
+        Every call re-checks the grant's account (enabled, ``auth_version`` unchanged, the profile still allowed):
+        a failed check answers 403 ``team_tools_forbidden``, runs nothing and marks the grant revoked, which stops
+        its turn. A tool that answers ``team_tools_forbidden`` itself (the round lost its team permission) closes
+        the grant once the answer is on its way; the turn goes on without tools (team-tools.md 5)."""
+        row = await self.runners.channel(state, "grant", body["grantId"])
+        grant = row.here if row is not None and isinstance(row.here, Grant) else None
+        if row is None or (grant is not None and (grant.closing or not grant.turn_active())):
             raise TalariaError("runner_grant_expired", "the grant is closed or its turn ended")
-        if grant.revoked.is_set() or not self.runners.validity.check(grant.account, state.runner_id, grant.profile):
-            grant.revoked.set()
+        revoked = row.revoked or (grant is not None and grant.revoked.is_set())
+        if revoked or not self.runners.validity.check(row.account, state.runner_id, row.profile):
+            await self.runners.revoke_grant(state, row.id)
             raise TalariaError("team_tools_forbidden", "the account behind this turn lost its access")
-        fingerprint = sha256_hex(canonical_json([body["toolId"], body["arguments"]]))
-        known = grant.calls.get(body["callId"])
-        if known is not None:
-            if known[0] != fingerprint:
-                raise TalariaError("idempotency_conflict", "this callId was used with other arguments")
-            return await asyncio.shield(known[1])
-        if len(grant.calls) >= limits.MAX_TOOL_CALLS_PER_GRANT:
-            raise TalariaError("runner_call_limit", "this grant has used its 128 tool calls")
-        outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        grant.calls[body["callId"]] = (fingerprint, outcome)
-        try:
-            outcome.set_result(await grant.executor(body["toolId"], body["arguments"]))
-        except TalariaError as exc:
-            outcome.set_exception(exc)
-            if exc.code == "team_tools_forbidden" and not grant.closing:
-                grant.closing = True
-                asyncio.get_running_loop().call_soon(self._close_soon, grant)
-        except Exception as exc:  # a tool bug must not leave duplicates waiting forever
-            outcome.set_exception(TalariaError("internal_error", f"the tool failed: {type(exc).__name__}"))
-        if not grant.open or not grant.turn_active():
-            raise TalariaError("runner_grant_expired", "the turn ended during the call")
-        return await outcome
+        executor = grant.executor if grant is not None else self._executor_of(row)
+        tool_id, given = body["toolId"], body["arguments"]
 
-    def _close_soon(self, grant: Grant) -> None:
-        task = asyncio.get_running_loop().create_task(self._close_refused(grant))
+        async def run() -> Any:
+            try:
+                return await executor(tool_id, given)
+            except TalariaError as exc:
+                if exc.code == "team_tools_forbidden":
+                    self._close_soon(state.runner_id, row, grant)
+                raise
+            except Exception as exc:  # a tool bug must not leave duplicates waiting forever
+                raise TalariaError("internal_error", f"the tool failed: {type(exc).__name__}") from exc
+
+        fingerprint = sha256_hex(canonical_json([tool_id, given]))
+        ended = TalariaError("runner_grant_expired", "the turn ended during the call")
+        try:
+            result = await self.runners.call_once(state, row.id, body["callId"], fingerprint, run)
+        except TalariaError:
+            if grant is not None and (not grant.open or not grant.turn_active()):
+                raise ended from None
+            raise
+        if grant is not None and (not grant.open or not grant.turn_active()):
+            raise ended
+        return result
+
+    def _executor_of(self, row: ChannelRow) -> ToolExecutor:
+        """The executor of a grant owned elsewhere, made from its ``tools`` (set once its round was captured)."""
+        make = self.tool_kinds.get(str((row.tools or {}).get("kind")))
+        if make is None or row.tools is None:
+            raise TalariaError("runner_grant_expired", "the grant is not ready for tool calls")
+        return make(row.id, row.tools)
+
+    def _close_soon(self, runner_id: str, row: ChannelRow, grant: Grant | None) -> None:
+        if grant is not None:
+            if grant.closing:
+                return
+            grant.closing = True
+        task = asyncio.get_running_loop().create_task(self._close_refused(runner_id, row, grant))
         self._closing.add(task)  # a reference until it is done
         task.add_done_callback(self._closing.discard)
 
-    async def _close_refused(self, grant: Grant) -> None:
+    async def _close_refused(self, runner_id: str, row: ChannelRow, grant: Grant | None) -> None:
+        await asyncio.sleep(0)  # the refusal's answer first
         try:
-            await self.close_grant(grant)
+            if grant is not None:
+                await self.close_grant(grant)
+                return
+            state = self.runners.state_of(runner_id)
+            if state is None:
+                return
+            await self.runners.end_channel(state, "grant", row.id)
+            await self.runners.send(
+                runner_id, "grant.close", {"grantId": row.id}, account=row.account, profile=None, valid=True
+            )
         except TalariaError as exc:  # the runner went away: its grants died with its connection
-            log.info("grant_close_failed", grant=grant.id, code=exc.code)
+            log.info("grant_close_failed", grant=row.id, code=exc.code)

@@ -103,6 +103,20 @@ class Grant:
     closing: bool = False
 
 
+@dataclass(frozen=True)
+class ChannelRow:
+    """An open gateway or grant as a hub process sees it, whichever process owns it: what ``admit``, ``event`` and
+    ``tool`` check, and the owner's object when it is on this process."""
+
+    id: str
+    account: AccountRef
+    cleanup_only: bool = False
+    profile: str | None = None
+    here: Gateway | Grant | None = None
+    revoked: bool = False  # a grant's: a check elsewhere found its account without access
+    tools: dict[str, Any] | None = None  # a grant's: what runs its calls on a process other than its owner
+
+
 @dataclass
 class ConnState:
     runner_id: str

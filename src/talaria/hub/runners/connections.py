@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -19,12 +19,20 @@ from talaria.canonical import canonical_json
 from talaria.clock import Clock
 from talaria.errors import TalariaError, relayed
 from talaria.hub.runners import limits
-from talaria.hub.runners.connection_state import AccountRef, Command, CommandView, ConnState
+from talaria.hub.runners.connection_state import (
+    AccountRef,
+    ChannelRow,
+    Command,
+    CommandView,
+    ConnState,
+    Gateway,
+    Grant,
+)
+from talaria.hub.runners.transport import Observer, connection_gone, event_gap, gateway_closed, refused
 from talaria.hub.runners.validity import Validity
 from talaria.hub.timings import HubTimings
 
 log = structlog.get_logger("talaria.runners")
-Observer = Callable[[str, float | None], None]  # (outcome, round-trip seconds or None)
 
 
 class RunnerHub:
@@ -226,13 +234,89 @@ class RunnerHub:
     async def pending_command(self, state: ConnState, command_id: str) -> CommandView | None:
         return state.queue.get(command_id)
 
-    async def fail_gateway(self, state: ConnState, connection_id: str) -> None:
-        self.fail_gateway_now(state, connection_id)
+    # --- channels (runner-protocol.md 10, 12) -----------------------------------------------------------------
 
-    def fail_gateway_now(self, state: ConnState, connection_id: str) -> None:
-        for command in [c for c in state.queue.values() if c.connection_id == connection_id]:
+    async def add_channel(self, state: ConnState, channel: Gateway | Grant) -> None:
+        if isinstance(channel, Gateway):
+            state.gateways[channel.id] = channel
+        else:
+            state.grants[channel.id] = channel
+
+    async def channel(self, state: ConnState, kind: str, channel_id: str) -> ChannelRow | None:
+        if kind == "gateway":
+            gateway = state.gateways.get(channel_id)
+            if gateway is None or not gateway.open:
+                return None
+            return ChannelRow(gateway.id, gateway.account, cleanup_only=gateway.cleanup_only, here=gateway)
+        grant = state.grants.get(channel_id)
+        if grant is None or not grant.open:
+            return None
+        return ChannelRow(grant.id, grant.account, profile=grant.profile, here=grant)
+
+    async def end_channel(self, state: ConnState, kind: str, channel_id: str, *, revoked: bool = False) -> None:
+        if kind == "grant":
+            grant = state.grants.pop(channel_id, None)
+            if grant is not None:
+                grant.open = False
+            return
+        gateway = state.gateways.pop(channel_id, None)
+        if gateway is not None:
+            gateway.revoked = gateway.revoked or revoked
+            gateway.open = False
+            gateway.events.put_nowait(None)
+        for command in [c for c in state.queue.values() if c.connection_id == channel_id]:
             if command.kind != "gateway.close":
                 self._settle(state, command, error=gateway_closed())
+
+    async def revoke_gateway(self, state: ConnState, connection_id: str) -> None:
+        gateway = state.gateways.get(connection_id)
+        if gateway is not None:
+            gateway.revoked = True
+
+    async def describe_grant(self, state: ConnState, grant_id: str, tools: dict[str, Any]) -> None:
+        """Nothing: one hub process runs every call with the grant's own executor."""
+
+    async def revoke_grant(self, state: ConnState, grant_id: str) -> None:
+        grant = state.grants.get(grant_id)
+        if grant is not None:
+            grant.revoked.set()
+
+    async def call_once(
+        self, state: ConnState, grant_id: str, call_id: str, fingerprint: str, run: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        grant = state.grants.get(grant_id)
+        if grant is None:
+            raise TalariaError("runner_grant_expired", "the grant is closed or its turn ended")
+        known = grant.calls.get(call_id)
+        if known is not None:
+            if known[0] != fingerprint:
+                raise TalariaError("idempotency_conflict", "this callId was used with other arguments")
+            return await asyncio.shield(known[1])
+        if len(grant.calls) >= limits.MAX_TOOL_CALLS_PER_GRANT:
+            raise TalariaError("runner_call_limit", "this grant has used its 128 tool calls")
+        outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        grant.calls[call_id] = (fingerprint, outcome)
+        try:
+            outcome.set_result(await run())
+        except TalariaError as exc:
+            outcome.set_exception(exc)
+        return await outcome
+
+    async def record_event(
+        self, state: ConnState, connection_id: str, seq: int | None, frame: dict[str, Any] | None
+    ) -> None:
+        gateway = state.gateways.get(connection_id)
+        if gateway is None or not gateway.open:
+            raise connection_gone()
+        if seq is not None and seq <= gateway.last_seq:
+            return  # a retried post (failover-v1): stored already
+        if seq is not None and seq != gateway.last_seq + 1:
+            raise event_gap(gateway.last_seq + 1)
+        gateway.last_seq = gateway.last_seq + 1 if seq is None else seq
+        if frame is None:
+            await self.end_channel(state, "gateway", connection_id)
+        else:
+            gateway.events.put_nowait(frame)
 
     # --- disconnect and liveness (6.3) -----------------------------------------------------------------------
 
@@ -319,20 +403,3 @@ class RunnerHub:
     def has_waiter(self, runner_id: str) -> bool:
         state = self.states.get(runner_id)
         return state is not None and state.waiter is not None and not state.waiter.done()
-
-
-GATES = {
-    "runner_instance_changed": "this runner instance has no current connection state",
-    "runner_instance_retired": "this runner instance was replaced; it stops for good",
-    "runner_instance_limit": "too many replaced instances; register the runner again",
-    "runner_epoch_changed": "the connection state changed; poll again",
-}
-
-
-def refused(code: str) -> TalariaError:
-    """A refusal of gates 3-8, worded alike by both transports."""
-    return TalariaError(code, GATES[code])
-
-
-def gateway_closed(what: str = "the gateway connection is closed") -> TalariaError:
-    return TalariaError("runner_connection_closed", what, status=409)

@@ -225,8 +225,8 @@ async def _gate_record(hub: Hub, runner_id: str, headers: dict[str, str]) -> Non
 
 async def _handle(hub: Hub, headers: dict[str, str], receive: Receive, runner_id: str, op: str) -> Any:
     """The answer's value for one request (route and method already matched); refusals raise ``TalariaError``."""
-    # Store reads here are primary-key lookups done on the loop: the connection state and its futures
-    # belong to the event loop and must not be touched from worker threads.
+    # The record read is a primary-key lookup done on the loop; the transport does its own store work (in memory
+    # on the loop for SQLite, on worker threads for PostgreSQL).
     await _gate_record(hub, runner_id, headers)
     instance = headers.get("x-runner-instance", "")
     if not UUID.match(instance) or headers.get("x-runner-protocol") != "1":

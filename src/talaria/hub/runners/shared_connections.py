@@ -17,8 +17,15 @@ serves any runner request (scale.md 3.1-3.4; ADR 0045). The other ``RunnerTransp
 - **Roles.** The watchdog runs under the ``runner_watchdog`` lease, the queue's upkeep (commands of dead senders,
   pruning) under ``maintenance``; both act conditionally, so a second holder would change nothing.
 
-Gateways and grants stay objects of the replica that opened them (their rows come with scale.md 4), kept per
-epoch: when a state ends, the channels of its epoch close.
+- **Channels.** A gateway or grant is an object of the replica that opened it (its owner, where the turn runs) and
+  a ``runner_gateway`` / ``runner_grant`` row, so ``admit`` and ``event`` posts are served by any replica (scale.md
+  3.1, 4.1; ADR 0047). An accepted ``event`` is one ``runner_event`` row at its ``seq``, written in the transaction
+  that checks the gateway and the number; the owner moves frames after its cursor (``Gateway.last_seq``) into the
+  gateway's queue: at once when it stored them itself, else when ``talaria_event`` names the gateway, and in the
+  fallback. A close marker (the runner's, the hub's, or the state's end) is the gateway's last row.
+- **Tool calls** run on the replica they reach, with an executor made from the grant's ``tools`` when the grant is
+  owned elsewhere, once per ``callId`` in the cluster (``runner_tool_call``: a duplicate waits for the running call
+  or gets its outcome; a call of a replica no longer live is taken over at the next attempt).
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,8 +47,16 @@ from talaria.canonical import canonical_json
 from talaria.clock import Clock
 from talaria.errors import TalariaError, relayed
 from talaria.hub.runners import limits
-from talaria.hub.runners.connection_state import AccountRef, CommandView, ConnState, Gateway, Grant
-from talaria.hub.runners.connections import Observer, gateway_closed, refused
+from talaria.hub.runners.connection_state import (
+    AccountRef,
+    ChannelRow,
+    CommandView,
+    ConnState,
+    EncodedResult,
+    Gateway,
+    Grant,
+)
+from talaria.hub.runners.transport import Observer, connection_gone, event_gap, gateway_closed, refused
 from talaria.hub.runners.validity import Validity
 from talaria.hub.timings import HubTimings
 from talaria.store.interface import Row, Signals, Store, Tx
@@ -50,6 +65,11 @@ log = structlog.get_logger("talaria.runners")
 
 RUNNER_CHANNEL = "talaria_runner"
 COMMAND_CHANNEL = "talaria_command"
+EVENT_CHANNEL = "talaria_event"
+TOOL_CHANNEL = "talaria_tool"  # "<grant id>": the grant closed or was revoked; "<grant id>/<call id>": a call moved
+REPLICA_LIVE_MS = 20_000  # as hub.replica.LIVE_MS: a running call of a replica not renewed since is taken over
+FRAMES_KEPT_MS = 3_600_000  # frames (and their gateway and grant rows) 1 h after they closed (scale.md 3.1)
+FRAMES_PER_READ = 500  # as runner_event_after's LIMIT
 SETTLED_KEPT_MS = 600_000  # settled commands, 10 min (scale.md 3.1)
 RETIRED_KEPT_MS = 86_400_000  # replaced instances, 24 h
 ABANDONED_AFTER_MS = 60_000  # a pending command past its deadline by this much has no sender waiting any more
@@ -110,6 +130,14 @@ class _Ended:
 
 
 @dataclass(frozen=True)
+class _Begun:
+    status: str  # run (here, at attempt), done (outcome, body), wait (running on a live replica)
+    attempt: int
+    outcome: str | None = None
+    body: str | None = None
+
+
+@dataclass(frozen=True)
 class _Taken:
     status: str  # ok, stale (a newer poll), gone (no state of this epoch)
     commands: list[dict[str, Any]] = field(default_factory=list)
@@ -140,6 +168,9 @@ class SharedRunnerHub:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._rechecks: set[asyncio.Task[None]] = set()
+        self._pulling: set[str] = set()  # gateways whose frames are being read here
+        self._pull_again: set[str] = set()  # ... and whose frames moved on meanwhile
+        self._tool_waiters: dict[str, set[asyncio.Event]] = {}  # "<grant>/<call>": woken when that call moves
 
     # --- gates 3-8 (runner-protocol.md 4, scale.md 3.3) --------------------------------------------------------
 
@@ -408,13 +439,347 @@ class SharedRunnerHub:
         with self.store.read() as tx:
             return tx.one("runner_command_pending", id=command_id, epoch=epoch)
 
-    async def fail_gateway(self, state: ConnState, connection_id: str) -> None:
-        settled = await run_in_threadpool(self._close_gateway, connection_id)
-        self._woke_senders(settled)
+    # --- channels (runner-protocol.md 10, 12; scale.md 3.1, 4.1) ----------------------------------------------
 
-    def _close_gateway(self, connection_id: str) -> list[Row]:
+    async def add_channel(self, state: ConnState, channel: Gateway | Grant) -> None:
+        local = self._channels(state.runner_id, state.epoch)
+        account = channel.account
+        row = {"id": channel.id, "runner_id": state.runner_id, "epoch": state.epoch,
+               "account_username": account.username, "account_tenant": account.tenant,
+               "auth_version": account.auth_version, "owner_replica": self.replica_id}  # fmt: skip
+        if isinstance(channel, Gateway):
+            local.gateways[channel.id] = channel
+            added = await run_in_threadpool(self._insert, "runner_gateway_insert", cleanup_only=channel.cleanup_only,
+                                            **row)  # fmt: skip
+        else:
+            local.grants[channel.id] = channel
+            added = await run_in_threadpool(self._insert, "runner_grant_insert", profile=channel.profile,
+                                            work_id=channel.work_id, **row)  # fmt: skip
+        if not added:
+            channel.open = False
+            local.gateways.pop(channel.id, None)
+            local.grants.pop(channel.id, None)
+            raise TalariaError("runner_offline", "the execution node is not connected")
+
+    def _insert(self, query: str, **row: Any) -> bool:
         with self.store.write() as tx:
-            return tx.all("runner_command_close_gateway", connection_id=connection_id, now=self.clock.now_ms())
+            return tx.one(query, now=self.clock.now_ms(), **row) is not None
+
+    async def channel(self, state: ConnState, kind: str, channel_id: str) -> ChannelRow | None:
+        local = self._local.get(state.runner_id)
+        here: Gateway | Grant | None = None
+        if local is not None and local.epoch == state.epoch:
+            here = local.gateways.get(channel_id) if kind == "gateway" else local.grants.get(channel_id)
+        if here is not None:  # the owner's object: closed here as soon as its row closes (or the fallback's round)
+            if not here.open:
+                return None
+            if isinstance(here, Gateway):
+                return ChannelRow(here.id, here.account, cleanup_only=here.cleanup_only, here=here)
+            return ChannelRow(here.id, here.account, profile=here.profile, here=here)
+        row = await run_in_threadpool(self._channel_row, f"runner_{kind}_get", channel_id, state.epoch)
+        if row is None:
+            return None
+        account = AccountRef(row["account_username"], row["account_tenant"], int(row["auth_version"]))
+        if kind == "gateway":
+            return ChannelRow(row["id"], account, cleanup_only=bool(row["cleanup_only"]))
+        tools = json.loads(row["tools"]) if row["tools"] is not None else None
+        return ChannelRow(row["id"], account, profile=row["profile"], revoked=bool(row["revoked"]), tools=tools)
+
+    def _channel_row(self, query: str, channel_id: str, epoch: str) -> Row | None:
+        with self.store.read() as tx:
+            return tx.one(query, id=channel_id, epoch=epoch)
+
+    async def end_channel(self, state: ConnState, kind: str, channel_id: str, *, revoked: bool = False) -> None:
+        local = self._local.get(state.runner_id)
+        if kind == "grant":
+            grant = local.grants.pop(channel_id, None) if local is not None else None
+            if grant is not None:
+                grant.open = False
+            owner = await run_in_threadpool(self._close_grant, channel_id)
+            if owner not in (None, self.replica_id):
+                self.signals.notify(TOOL_CHANNEL, channel_id)
+            return
+        gateway = local.gateways.pop(channel_id, None) if local is not None else None
+        if gateway is not None:
+            gateway.revoked = gateway.revoked or revoked
+            gateway.open = False
+            gateway.events.put_nowait(None)
+        owner, settled = await run_in_threadpool(self._close_gateway, channel_id, revoked, False)
+        self._woke_senders(settled)
+        if owner not in (None, self.replica_id):
+            self.signals.notify(EVENT_CHANNEL, channel_id)
+
+    def _close_grant(self, grant_id: str) -> str | None:
+        with self.store.write() as tx:
+            row = tx.one("runner_grant_close", id=grant_id, now=self.clock.now_ms())
+        return row["owner_replica"] if row is not None else None
+
+    def _close_gateway(self, connection_id: str, revoked: bool, marked: bool) -> tuple[str | None, list[Row]]:
+        """Close a gateway's row (with a close marker unless ``marked``) and fail its pending commands (but its own
+        close) in one transaction: its owner replica, if it was open, and the commands settled."""
+        with self.store.write() as tx:
+            return self._close_gateway_in(tx, connection_id, revoked, marked)
+
+    def _close_gateway_in(
+        self, tx: Tx, connection_id: str, revoked: bool, marked: bool
+    ) -> tuple[str | None, list[Row]]:
+        now = self.clock.now_ms()
+        closed = tx.one("runner_gateway_close", id=connection_id, now=now, revoked=revoked, marked=marked)
+        settled = tx.all("runner_command_close_gateway", connection_id=connection_id, now=now)
+        return (closed["owner_replica"] if closed is not None else None), settled
+
+    async def revoke_gateway(self, state: ConnState, connection_id: str) -> None:
+        local = self._local.get(state.runner_id)
+        gateway = local.gateways.get(connection_id) if local is not None else None
+        if gateway is not None:
+            gateway.revoked = True
+        await run_in_threadpool(self._revoke, connection_id, state.epoch)
+
+    def _revoke(self, connection_id: str, epoch: str) -> None:
+        with self.store.write() as tx:
+            tx.run("runner_gateway_revoke", id=connection_id, epoch=epoch)
+
+    async def describe_grant(self, state: ConnState, grant_id: str, tools: dict[str, Any]) -> None:
+        await run_in_threadpool(self._write, "runner_grant_describe", id=grant_id, tools=canonical_json(tools).decode())
+
+    def _write(self, query: str, **params: Any) -> None:
+        with self.store.write() as tx:
+            tx.run(query, **params)
+
+    async def revoke_grant(self, state: ConnState, grant_id: str) -> None:
+        grant = self._owned_grant(grant_id)
+        if grant is not None:
+            grant.revoked.set()
+            return  # the owner stops the turn, which closes the grant
+        await run_in_threadpool(self._write, "runner_grant_revoke", id=grant_id)
+        self.signals.notify(TOOL_CHANNEL, grant_id)
+
+    def _owned_grant(self, grant_id: str) -> Grant | None:
+        for local in self._local.values():
+            grant = local.grants.get(grant_id)
+            if grant is not None:
+                return grant
+        return None
+
+    async def call_once(
+        self, state: ConnState, grant_id: str, call_id: str, fingerprint: str, run: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        key = f"{grant_id}/{call_id}"
+        woken = asyncio.Event()
+        self._tool_waiters.setdefault(key, set()).add(woken)
+        try:
+            while True:
+                woken.clear()
+                begun = await run_in_threadpool(self._begin_call, grant_id, call_id, fingerprint)
+                if begun.status == "done":
+                    return _tool_outcome(begun.outcome, begun.body)
+                if begun.status == "run":
+                    break
+                await woken.wait()  # running on a live replica: its outcome, or its replica's end, wakes this
+        finally:
+            waiting = self._tool_waiters.get(key, set())
+            waiting.discard(woken)
+            if not waiting:
+                self._tool_waiters.pop(key, None)
+        try:
+            value = await run()
+        except TalariaError as exc:
+            await self._end_call(key, begun.attempt, "error", _error_text(exc))
+            raise
+        except BaseException:  # cancelled: a duplicate must not wait for an outcome that never comes
+            interrupted = TalariaError("internal_error", "the tool call was interrupted")
+            self._recheck_task(self._end_call(key, begun.attempt, "error", _error_text(interrupted)))
+            raise
+        if isinstance(value, EncodedResult):
+            await self._end_call(key, begun.attempt, "encoded", value.text)
+        else:
+            await self._end_call(key, begun.attempt, "result", canonical_json(value).decode("utf-8"))
+        return value
+
+    async def _end_call(self, key: str, attempt: int, outcome: str, body: str) -> None:
+        grant_id, call_id = key.split("/", 1)
+        try:
+            await run_in_threadpool(self._finish_call, grant_id, call_id, attempt, outcome, body)
+        except TalariaError as exc:  # a duplicate's takeover runs it again; the request ledger answers it
+            log.warning("runner_tool_outcome_lost", code=exc.code)
+        self._tool_moved(key)
+        self.signals.notify(TOOL_CHANNEL, key)
+
+    def _begin_call(self, grant_id: str, call_id: str, fingerprint: str) -> _Begun:
+        """Under the grant's row lock: run it here (new, or taken over from a replica no longer live), its outcome,
+        or wait; a refusal raises."""
+        now = self.clock.now_ms()
+        with self.store.write() as tx:
+            if tx.one("runner_grant_lock", id=grant_id) is None:
+                raise TalariaError("runner_grant_expired", "the grant is closed or its turn ended")
+            known = tx.one("runner_tool_call_get", grant_id=grant_id, call_id=call_id, since=now - REPLICA_LIVE_MS)
+            if known is not None:
+                if known["fingerprint"] != fingerprint:
+                    raise TalariaError("idempotency_conflict", "this callId was used with other arguments")
+                if known["status"] == "done":
+                    return _Begun("done", int(known["attempt"]), known["outcome"], known["outcome_body"])
+                if known["live"]:
+                    return _Begun("wait", int(known["attempt"]))
+                taken = tx.one("runner_tool_call_take_over", grant_id=grant_id, call_id=call_id,
+                               attempt=known["attempt"], replica=self.replica_id, now=now)  # fmt: skip
+                return _Begun("run", int(taken["attempt"])) if taken else _Begun("wait", int(known["attempt"]))
+            counted = tx.one("runner_tool_call_count", grant_id=grant_id) or {"n": 0}
+            if int(counted["n"]) >= limits.MAX_TOOL_CALLS_PER_GRANT:
+                raise TalariaError("runner_call_limit", "this grant has used its 128 tool calls")
+            tx.run("runner_tool_call_insert", grant_id=grant_id, call_id=call_id, fingerprint=fingerprint,
+                   replica=self.replica_id, now=now)  # fmt: skip
+        return _Begun("run", 1)
+
+    def _finish_call(self, grant_id: str, call_id: str, attempt: int, outcome: str, body: str) -> None:
+        with self.store.write() as tx:
+            tx.run("runner_tool_call_finish", grant_id=grant_id, call_id=call_id, attempt=attempt, outcome=outcome,
+                   body=body)  # fmt: skip
+
+    def _tool_moved(self, key: str) -> None:
+        for waiter in self._tool_waiters.get(key, ()):
+            waiter.set()
+
+    def _tool_notified(self, ident: str) -> None:
+        if "/" in ident:
+            self._tool_moved(ident)
+            return
+        if self._owned_grant(ident) is not None:
+            self._grants_soon([ident])
+
+    def _grants_soon(self, grant_ids: list[str]) -> None:
+        if not self.shutting_down:
+            self._recheck_task(self._grants_changed(grant_ids))
+
+    def _recheck_task(self, step: Coroutine[Any, Any, None]) -> None:
+        if self._loop is None:
+            step.close()
+            return
+        task = self._loop.create_task(step)
+        self._rechecks.add(task)  # a reference until it is done
+        task.add_done_callback(self._rechecks.discard)
+
+    async def _grants_changed(self, grant_ids: list[str]) -> None:
+        """Grants this replica owns, closed or revoked through another replica: closed here; a revoked one's turn
+        stops (its ``revoked`` event)."""
+        try:
+            rows = await run_in_threadpool(self._grant_rows, grant_ids)
+        except TalariaError as exc:
+            log.warning("runner_grants_read_failed", code=exc.code)
+            return
+        for row in rows:
+            grant = self._owned_grant(row["id"])
+            if grant is None:
+                continue
+            if row["revoked"]:
+                grant.revoked.set()
+            if row["closed_at"] is not None:
+                grant.open = False
+                for local in self._local.values():
+                    if local.grants.get(grant.id) is grant:
+                        del local.grants[grant.id]
+
+    def _grant_rows(self, grant_ids: list[str]) -> list[Row]:
+        with self.store.read() as tx:
+            return tx.all("runner_grant_state", ids=grant_ids)
+
+    async def record_event(
+        self, state: ConnState, connection_id: str, seq: int | None, frame: dict[str, Any] | None
+    ) -> None:
+        text = canonical_json(frame).decode("utf-8") if frame is not None else None
+        stored, owner, settled = await run_in_threadpool(self._record, connection_id, state.epoch, seq, text)
+        self._woke_senders(settled)
+        if stored is None:
+            return  # a retried post: stored already
+        if owner != self.replica_id:
+            self.signals.notify(EVENT_CHANNEL, connection_id)
+            return
+        gateway = self._owned(connection_id)
+        if gateway is None:
+            return
+        if connection_id not in self._pulling and gateway.last_seq == stored - 1:
+            self._deliver(gateway, stored, frame, revoked=False)  # the next frame, stored here: no read
+        else:
+            self._pull_soon(connection_id)
+
+    def _record(
+        self, connection_id: str, epoch: str, seq: int | None, text: str | None
+    ) -> tuple[int | None, str, list[Row]]:
+        """Store one event post under the gateway's row lock: its seq (None for a repeat), the owner, and the
+        commands a close marker settled."""
+        with self.store.write() as tx:
+            row = tx.one("runner_gateway_lock", id=connection_id, epoch=epoch)
+            if row is None or row["closed_at"] is not None:
+                raise connection_gone()
+            last = int(row["last_seq"])
+            if seq is not None and seq <= last:
+                return None, row["owner_replica"], []
+            if seq is not None and seq != last + 1:
+                raise event_gap(last + 1)
+            number = last + 1
+            tx.run("runner_event_insert", connection_id=connection_id, seq=number, frame=text, closed=text is None)
+            tx.run("runner_gateway_advance", id=connection_id, seq=number)
+            settled: list[Row] = []
+            if text is None:
+                settled = self._close_gateway_in(tx, connection_id, False, True)[1]
+        return number, row["owner_replica"], settled
+
+    def _owned(self, connection_id: str) -> Gateway | None:
+        """The gateway of that id this replica owns, if open here."""
+        for local in self._local.values():
+            gateway = local.gateways.get(connection_id)
+            if gateway is not None:
+                return gateway if gateway.open else None
+        return None
+
+    def _deliver(self, gateway: Gateway, seq: int, frame: dict[str, Any] | None, *, revoked: bool) -> None:
+        """One stored row into the owner's queue, in seq order; a close marker ends the gateway here."""
+        gateway.last_seq = seq
+        if frame is not None:
+            gateway.events.put_nowait(frame)
+            return
+        gateway.revoked = gateway.revoked or revoked
+        gateway.open = False
+        gateway.events.put_nowait(None)
+        for local in self._local.values():
+            if local.gateways.get(gateway.id) is gateway:
+                del local.gateways[gateway.id]
+
+    def _pull_soon(self, connection_id: str) -> None:
+        """Read a gateway's frames after its cursor into its queue: one reader per gateway at a time."""
+        if connection_id in self._pulling:
+            self._pull_again.add(connection_id)
+            return
+        if self._loop is None or self.shutting_down:
+            return
+        self._pulling.add(connection_id)
+        task = self._loop.create_task(self._pull(connection_id))
+        self._rechecks.add(task)  # a reference until it is done
+        task.add_done_callback(self._rechecks.discard)
+
+    async def _pull(self, connection_id: str) -> None:
+        try:
+            while True:
+                self._pull_again.discard(connection_id)
+                gateway = self._owned(connection_id)
+                if gateway is None:
+                    return
+                rows = await run_in_threadpool(self._frames_after, connection_id, gateway.last_seq)
+                for row in rows:
+                    if not gateway.open or int(row["seq"]) != gateway.last_seq + 1:
+                        break
+                    frame = json.loads(row["frame"]) if row["frame"] is not None else None
+                    self._deliver(gateway, int(row["seq"]), frame, revoked=bool(row["revoked"]))
+                if len(rows) < FRAMES_PER_READ and connection_id not in self._pull_again:
+                    return
+        except TalariaError as exc:  # the fallback's next round looks again
+            log.warning("runner_frames_read_failed", code=exc.code)
+        finally:
+            self._pulling.discard(connection_id)
+            self._pull_again.discard(connection_id)
+
+    def _frames_after(self, connection_id: str, after: int) -> list[Row]:
+        with self.store.read() as tx:
+            return tx.all("runner_event_after", connection_id=connection_id, after=after)
 
     # --- disconnect, watchdog, upkeep (6.3, 3.6) ---------------------------------------------------------------
 
@@ -431,6 +796,9 @@ class SharedRunnerHub:
     def _end(self, tx: Tx, row: Row, reason: str, now: int) -> _Ended:
         """End a state in ``tx``: its row goes, its pending commands are settled by whether they were delivered."""
         tx.run("runner_conn_delete", runner_id=row["runner_id"], epoch=row["epoch"])
+        # gateways before commands, the order an event post and a hub-side close lock them in (no deadlock)
+        tx.run("runner_gateway_close_epoch", epoch=row["epoch"], now=now)
+        tx.run("runner_grant_close_epoch", epoch=row["epoch"], now=now)
         settled = tx.all("runner_command_end_state", epoch=row["epoch"], now=now)
         return _Ended(row["runner_id"], row["epoch"], reason, settled)
 
@@ -473,6 +841,8 @@ class SharedRunnerHub:
             settled = tx.all("runner_command_expire", before=now - ABANDONED_AFTER_MS, now=now)
             tx.run("runner_command_prune", before=now - SETTLED_KEPT_MS)
             tx.run("runner_conn_prune_retired", before=now - RETIRED_KEPT_MS)
+            tx.run("runner_gateway_prune", before=now - FRAMES_KEPT_MS)
+            tx.run("runner_grant_prune", before=now - FRAMES_KEPT_MS)
         return settled
 
     # --- wake-ups ------------------------------------------------------------------------------------------------
@@ -507,6 +877,10 @@ class SharedRunnerHub:
             waiter.wake()
         if runner_id in self._local:
             self._recheck_soon()
+
+    def _event_notified(self, connection_id: str) -> None:
+        if self._owned(connection_id) is not None:
+            self._pull_soon(connection_id)
 
     def _command_notified(self, command_id: str) -> None:
         event = self._senders.get(command_id)
@@ -552,6 +926,25 @@ class SharedRunnerHub:
                 if local is not None and row["epoch"] != local.epoch:
                     local.close()
                     del self._local[row["runner_id"]]
+        owned = sorted(gid for local in self._local.values() for gid, g in local.gateways.items() if g.open)
+        if owned:
+            for row in await run_in_threadpool(self._watch_gateways, owned):
+                gateway = self._owned(row["id"])
+                if gateway is not None and (int(row["last_seq"]) > gateway.last_seq or row["closed_at"] is not None):
+                    if count and row["id"] not in self._pulling:
+                        self._fallback_woke(EVENT_CHANNEL)
+                    self._pull_soon(row["id"])
+        grants = sorted(gid for local in self._local.values() for gid in local.grants)
+        if grants:
+            self._grants_soon(grants)
+        waiting = sorted({key.split("/", 1)[0] for key in self._tool_waiters})
+        if waiting:
+            for row in await run_in_threadpool(self._watch_calls, waiting):
+                key = f"{row['grant_id']}/{row['call_id']}"
+                if any(not waiter.is_set() for waiter in self._tool_waiters.get(key, ())):
+                    self._tool_moved(key)
+                    if count:
+                        self._fallback_woke(TOOL_CHANNEL)
         commands = sorted(self._senders)
         if commands:
             for row in await run_in_threadpool(self._watch_commands, commands):
@@ -565,6 +958,15 @@ class SharedRunnerHub:
         with self.store.read() as tx:
             return tx.all("runner_conn_watch", runner_ids=runner_ids, now=self.clock.now_ms())
 
+    def _watch_gateways(self, connection_ids: list[str]) -> list[Row]:
+        with self.store.read() as tx:
+            return tx.all("runner_gateway_progress", ids=connection_ids)
+
+    def _watch_calls(self, grant_ids: list[str]) -> list[Row]:
+        with self.store.read() as tx:
+            since = self.clock.now_ms() - REPLICA_LIVE_MS
+            return tx.all("runner_tool_call_watch", grant_ids=grant_ids, since=since)
+
     def _watch_commands(self, command_ids: list[str]) -> list[Row]:
         with self.store.read() as tx:
             return tx.all("runner_command_outcomes", ids=command_ids)
@@ -577,6 +979,8 @@ class SharedRunnerHub:
         self._loop = asyncio.get_running_loop()
         self.signals.subscribe(RUNNER_CHANNEL, self._from_listener(self._runner_notified))
         self.signals.subscribe(COMMAND_CHANNEL, self._from_listener(self._command_notified))
+        self.signals.subscribe(EVENT_CHANNEL, self._from_listener(self._event_notified))
+        self.signals.subscribe(TOOL_CHANNEL, self._from_listener(self._tool_notified))
         self.signals.on_reconnect(self._reconnected)
         self.signals.start()
         self._tasks.append(self._loop.create_task(self._every(limits.WATCHDOG_PERIOD_S, self.tick)))
@@ -670,6 +1074,10 @@ class SharedRunnerHub:
     def has_waiter(self, runner_id: str) -> bool:
         return runner_id in self._waiters
 
+    def waiting_calls(self) -> int:
+        """Tool calls here waiting for a duplicate running on another replica."""
+        return sum(len(waiting) for waiting in self._tool_waiters.values())
+
 
 def _decode(row: Row) -> Any:
     """A settled command's outcome: the runner's result, or the ``TalariaError`` it ended with."""
@@ -684,3 +1092,18 @@ def _decode(row: Row) -> Any:
     if outcome == "offline":
         raise TalariaError("runner_offline", "the execution node did not take the command; it did not run")
     raise TalariaError("runner_command_uncertain", "the command was delivered but no result came; it may have run")
+
+
+def _error_text(exc: TalariaError) -> str:
+    return canonical_json({"code": exc.code, "message": exc.message, "status": exc.status}).decode("utf-8")
+
+
+def _tool_outcome(outcome: str | None, body: str | None) -> Any:
+    """A call's first outcome, as its first run answered it."""
+    assert body is not None
+    if outcome == "encoded":
+        return EncodedResult(body)
+    if outcome == "result":
+        return json.loads(body)
+    error = json.loads(body)
+    raise TalariaError(error["code"], error["message"], status=int(error["status"]))

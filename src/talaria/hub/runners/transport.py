@@ -9,11 +9,15 @@ plain calls, each at most one primary-key read.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from talaria.clock import Clock
-from talaria.hub.runners.connection_state import AccountRef, CommandView, ConnState
+from talaria.errors import TalariaError
+from talaria.hub.runners.connection_state import AccountRef, ChannelRow, CommandView, ConnState, Gateway, Grant
 from talaria.hub.runners.validity import Validity
+
+Observer = Callable[[str, float | None], None]  # (outcome, round-trip seconds or None)
 
 
 class RunnerTransport(Protocol):
@@ -46,8 +50,45 @@ class RunnerTransport(Protocol):
         """A command of this state still waiting for its outcome (``admit`` checks it), or None."""
         ...
 
-    async def fail_gateway(self, state: ConnState, connection_id: str) -> None:
-        """Fail the pending commands of a gateway closed on the hub side (but its own close) with 409."""
+    async def add_channel(self, state: ConnState, channel: Gateway | Grant) -> None:
+        """Hold a hub-side gateway or grant of this state (and its row) before its opening command is sent."""
+        ...
+
+    async def channel(self, state: ConnState, kind: str, channel_id: str) -> ChannelRow | None:
+        """An open ``gateway`` or ``grant`` of this state as this hub process sees it (admit, event, tool)."""
+        ...
+
+    async def end_channel(self, state: ConnState, kind: str, channel_id: str, *, revoked: bool = False) -> None:
+        """Close a gateway or grant on the hub side: its owner sees it closed (``revoked``: because its account lost
+        its access); a gateway's pending commands (but its own close) fail 409."""
+        ...
+
+    async def revoke_gateway(self, state: ConnState, connection_id: str) -> None:
+        """Mark a gateway's account as having lost its access (its owner stops the turn when the gateway ends)."""
+        ...
+
+    async def describe_grant(self, state: ConnState, grant_id: str, tools: dict[str, Any]) -> None:
+        """Record what runs the grant's calls (``Channels.tool_kinds``), so any hub process can run them."""
+        ...
+
+    async def revoke_grant(self, state: ConnState, grant_id: str) -> None:
+        """A check found the grant's account without access: no further call runs, its owner stops the turn."""
+        ...
+
+    async def call_once(
+        self, state: ConnState, grant_id: str, call_id: str, fingerprint: str, run: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        """Run ``run`` once for the grant's ``callId`` wherever the calls come: a duplicate gets the first outcome
+        (waiting while it runs), other arguments 409 ``idempotency_conflict``, the 129th call 429
+        ``runner_call_limit``. ``run`` raises only ``TalariaError``."""
+        ...
+
+    async def record_event(
+        self, state: ConnState, connection_id: str, seq: int | None, frame: dict[str, Any] | None
+    ) -> None:
+        """Store an accepted frame (``None``: the runner's close marker) for the gateway's owner, at most once per
+        ``seq`` (failover-v1; without one, next in line): a stored ``seq`` changes nothing; 410 when the gateway
+        is not open, 409 ``runner_event_gap`` when an earlier one is missing."""
         ...
 
     async def disconnect(self, runner_id: str, reason: str) -> None:
@@ -91,3 +132,28 @@ class RunnerTransport(Protocol):
     def has_waiter(self, runner_id: str) -> bool:
         """Whether this hub process holds a poll of the runner now."""
         ...
+
+
+GATES = {
+    "runner_instance_changed": "this runner instance has no current connection state",
+    "runner_instance_retired": "this runner instance was replaced; it stops for good",
+    "runner_instance_limit": "too many replaced instances; register the runner again",
+    "runner_epoch_changed": "the connection state changed; poll again",
+}
+
+
+def refused(code: str) -> TalariaError:
+    """A refusal of gates 3-8, worded alike by both transports."""
+    return TalariaError(code, GATES[code])
+
+
+def gateway_closed(what: str = "the gateway connection is closed") -> TalariaError:
+    return TalariaError("runner_connection_closed", what, status=409)
+
+
+def connection_gone() -> TalariaError:
+    return TalariaError("runner_connection_closed", "no such open connection", status=410)
+
+
+def event_gap(expected: int) -> TalariaError:
+    return TalariaError("runner_event_gap", f"event {expected} of this connection is missing")

@@ -113,6 +113,10 @@ class ToolSet(Protocol):
 
     async def call(self, tool_id: str, arguments: dict[str, Any]) -> Any: ...
 
+    def descriptor(self) -> dict[str, Any]:
+        """The grant's ``tools`` once opened: what runs its calls on another replica (``Channels.tool_kinds``)."""
+        ...
+
     async def valid(self) -> bool:
         """Whether the round still holds (team-tools.md 5: the renewal's checks 4-6)."""
         ...
@@ -207,12 +211,14 @@ class TurnDriver:
 
                 session = {"runtimeId": runtime_id, "storedId": str(result.stored_id or "")}
                 catalog = toolset.catalog if toolset is not None else team_tools.catalog()
+                described = team_tools.descriptor(identity) if toolset is None else None
                 grant = await self.channels.create_grant(
                     runner_id, account, profile=profile, work_id=work_id, session=session,
-                    catalog=catalog, executor=execute, turn_active=lambda: active,
+                    catalog=catalog, executor=execute, turn_active=lambda: active, tools=described,
                 )  # fmt: skip
                 if toolset is not None:
                     await toolset.opened(grant.id)
+                    await self.channels.describe_grant(grant, toolset.descriptor())
                 await self.channels.bind_grant(grant, session)
                 renewal = asyncio.get_running_loop().create_task(self._renew(grant, result, profile, toolset))
             if prompt_for is not None:  # before the submit record: it may send attachments (chat.md 5.3 step 7)

@@ -9,12 +9,14 @@ in ``talaria.teams.calls`` on a worker thread; its answer goes back as the ledge
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from talaria.chat.bots import Bot
 from talaria.chat.records import ChatTurn
 from talaria.errors import TalariaError
-from talaria.hub.runners.connection_state import EncodedResult
+from talaria.hub.runners.connection_state import EncodedResult, ToolExecutor
 from talaria.store.interface import Row, Store
 from talaria.teams import catalog, permission
 from talaria.teams import round as rounds
@@ -32,6 +34,23 @@ def entitled(store: Store, turn: ChatTurn, owner_can_manage: bool, bot_id: str) 
             return False
         bot = Bot.from_row(row)
         return not bot.archived and permission.of(tx, bot.id).permission
+
+
+ROUND_KIND = "round"
+
+
+def round_executor(calls: TeamToolCalls, round: Round) -> Callable[[str, dict[str, Any]], Awaitable[EncodedResult]]:
+    """The calls of ``round``'s grant, on a worker thread, answered as the ledger's exact text."""
+
+    async def execute(tool_id: str, arguments: dict[str, Any]) -> EncodedResult:
+        return EncodedResult(await asyncio.to_thread(calls.call, round, tool_id, arguments))
+
+    return execute
+
+
+def from_descriptor(calls: TeamToolCalls, grant_id: str, tools: dict[str, Any]) -> ToolExecutor:
+    """The executor of a round's grant made from its ``tools`` on a replica other than its owner."""
+    return round_executor(calls, Round(**tools["round"]))
 
 
 class RoundTools:
@@ -65,7 +84,12 @@ class RoundTools:
 
     async def call(self, tool_id: str, arguments: dict[str, Any]) -> EncodedResult:
         assert self.round is not None
-        return EncodedResult(await asyncio.to_thread(self.calls.call, self.round, tool_id, arguments))
+        return await round_executor(self.calls, self.round)(tool_id, arguments)
+
+    def descriptor(self) -> dict[str, Any]:
+        """The grant's ``tools``: the captured round, from which any replica runs its calls (scale.md 4.3)."""
+        assert self.round is not None
+        return {"kind": ROUND_KIND, "round": dataclasses.asdict(self.round)}
 
     async def valid(self) -> bool:
         assert self.round is not None

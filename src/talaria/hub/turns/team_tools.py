@@ -8,6 +8,7 @@ prove it is server-side.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,26 @@ def catalog() -> list[dict[str, Any]]:
             "inputSchema": {"type": "object", "properties": {}, "additionalProperties": True},
         }
     ]
+
+
+WHOAMI_KIND = "whoami"
+
+
+def descriptor(identity: GrantIdentity) -> dict[str, Any]:
+    """A grant's ``tools`` for this catalog: its identity, from which any replica answers (scale.md 4.3)."""
+    return {"kind": WHOAMI_KIND, "account": identity.account, "tenant": identity.tenant, "source": identity.source,
+            "profile": identity.profile, "workId": identity.work_id}  # fmt: skip
+
+
+def from_descriptor(grant_id: str, tools: dict[str, Any]) -> Callable[[str, dict[str, Any]], Awaitable[Any]]:
+    """The executor of a grant made from its ``tools`` on a replica other than its owner."""
+    identity = GrantIdentity(tools["account"], tools["tenant"], tools["source"], tools["profile"], tools["workId"],
+                             grant_id)  # fmt: skip
+
+    async def execute(tool_id: str, arguments: dict[str, Any]) -> Any:
+        return await call(identity, tool_id, arguments)
+
+    return execute
 
 
 async def call(identity: GrantIdentity, tool_id: str, arguments: dict[str, Any]) -> Any:

@@ -23,6 +23,7 @@ SET seen_at = CASE WHEN :now - seen_at >= 1000 THEN :now ELSE seen_at END,
     poll_token = COALESCE(:poll_token, poll_token),
     poll_replica = COALESCE(:poll_replica, poll_replica)
 WHERE runner_id = :runner_id
+  AND (:now - seen_at >= 1000 OR :features IS NOT NULL OR :poll_token IS NOT NULL OR :poll_replica IS NOT NULL)
 
 -- name: runner_conn_delete
 -- A state ends (reset, goodbye, replaced, disabled, watchdog): by epoch, so a newer state is never ended.

@@ -1,0 +1,3 @@
+-- additive: true
+-- The runner hub's gateways, grants and frames are tables on PostgreSQL only (scale.md 3.1): one SQLite hub keeps
+-- them in memory, so this step changes nothing here.

@@ -1,0 +1,57 @@
+-- name: runner_gateway_insert
+-- A hub-side gateway of a live state, before its gateway.open is sent; 0 rows when the state ended meanwhile.
+INSERT INTO runner_gateway (id, runner_id, epoch, account_username, account_tenant, auth_version, cleanup_only,
+                            owner_replica, opened_at)
+SELECT :id, :runner_id, :epoch, :account_username, :account_tenant, :auth_version, :cleanup_only, :owner_replica, :now
+WHERE EXISTS (SELECT 1 FROM runner_conn WHERE epoch = :epoch)
+RETURNING id
+
+-- name: runner_gateway_get
+-- An open gateway of a state, as admit and event read it.
+SELECT id, account_username, account_tenant, auth_version, cleanup_only, owner_replica
+FROM runner_gateway WHERE id = :id AND epoch = :epoch AND closed_at IS NULL
+
+-- name: runner_gateway_lock
+-- A gateway of a state while an event post is stored (the seq check and the frame in one transaction).
+SELECT id, owner_replica, last_seq, closed_at FROM runner_gateway WHERE id = :id AND epoch = :epoch FOR UPDATE
+
+-- name: runner_gateway_advance
+-- An event stored: the gateway's last seq.
+UPDATE runner_gateway SET last_seq = :seq WHERE id = :id
+
+-- name: runner_gateway_close
+-- A gateway closed on the hub side or by the runner's close marker: closed once, with a close marker at the next seq
+-- (the runner's own marker, when it sent one, is stored by the caller first).
+WITH closed AS (
+    UPDATE runner_gateway
+    SET closed_at = :now, revoked = revoked OR :revoked,
+        last_seq = CASE WHEN :marked THEN last_seq ELSE last_seq + 1 END
+    WHERE id = :id AND closed_at IS NULL
+    RETURNING id, last_seq, owner_replica
+), marker AS (
+    INSERT INTO runner_event (connection_id, seq, frame, closed)
+    SELECT id, last_seq, NULL, TRUE FROM closed WHERE NOT :marked
+)
+SELECT id, owner_replica FROM closed
+
+-- name: runner_gateway_close_epoch
+-- A state ended: its open gateways close, each with a close marker.
+WITH closed AS (
+    UPDATE runner_gateway SET closed_at = :now, last_seq = last_seq + 1
+    WHERE epoch = :epoch AND closed_at IS NULL
+    RETURNING id, last_seq
+)
+INSERT INTO runner_event (connection_id, seq, frame, closed)
+SELECT id, last_seq, NULL, TRUE FROM closed
+
+-- name: runner_gateway_revoke
+-- A check found the gateway's account without access: its owner stops the turn when the gateway ends.
+UPDATE runner_gateway SET revoked = TRUE WHERE id = :id AND epoch = :epoch
+
+-- name: runner_gateway_progress
+-- The fallback of the event channel (scale.md 3.3): for the gateways this replica owns, how far their frames go.
+SELECT id, last_seq, closed_at FROM runner_gateway WHERE id = ANY(:ids)
+
+-- name: runner_gateway_prune
+-- Frames are kept 1 h after their gateway closed (scale.md 3.1); the gateway row goes with them.
+DELETE FROM runner_gateway WHERE closed_at < :before

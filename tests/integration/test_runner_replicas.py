@@ -1,0 +1,365 @@
+"""Two PostgreSQL hub replicas of one database serving one runner (scale.md 3.1, 3.3, 4.1; ADR 0047): raw machine
+requests to either replica, hub operations started on one of them. A gateway or grant opened on replica A is a row
+that replica B reads for ``admit`` and writes ``event`` frames to; A's gateway queue receives them in ``seq`` order.
+
+``talaria hub`` still holds the one-hub lock (ADR 0041) until every write path takes row locks; the runner hub's
+own paths do, and these tests open the replicas without that lock to show it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from talaria.canonical import canonical_json, sha256_hex
+from talaria.clock import ManualClock
+from talaria.errors import TalariaError
+from talaria.hub.runners.channels import ToolKind
+from talaria.hub.runners.connection_state import AccountRef, Gateway, Grant, ToolExecutor
+from talaria.hub.runners.shared_connections import SharedRunnerHub
+from talaria.store.postgres import admin
+from talaria.testing.hub_server import HubServer
+from talaria.testing.postgres_server import PostgresServer
+from tests.backends import postgres_database, raw_sql
+from tests.conftest import PASSWORD
+from tests.integration.runner_support import (
+    Machine,
+    admin_of,
+    assert_machine_error,
+    assert_machine_ok,
+    metric_value,
+    metrics_text,
+    outcome,
+    register,
+    spawn,
+    wait_until,
+)
+
+pytestmark = pytest.mark.usefixtures("fast_argon2")
+
+
+class Pair:
+    """Replicas ``a`` and ``b`` of one database, a runner registered through ``a``, and its instance's machine
+    clients on each replica (one instance, one epoch)."""
+
+    def __init__(self, a: HubServer, b: HubServer) -> None:
+        self.a, self.b = a, b
+        self.admin = admin_of(a)
+        registered = register(self.admin)
+        self.id: str = registered["runner"]["id"]
+        self.on_a = Machine(a, self.id, registered["token"])
+        assert_machine_ok(self.on_a.poll(reset=True, features="team-tools-v1,failover-v1"))
+        self.on_b = Machine(b, self.id, registered["token"], self.on_a.instance)
+        self.on_b.epoch = self.on_a.epoch
+
+    def account(self, username: str = "root") -> AccountRef:
+        record = self.a.hub.accounts.get(username)
+        assert record is not None
+        return AccountRef(record.username, record.tenant, record.auth_version)
+
+    def close(self) -> None:
+        for client in (self.on_a, self.on_b):
+            client.close()
+        self.admin.close()
+
+
+class _NoLock:
+    def release(self) -> None:
+        pass
+
+
+@contextmanager
+def replicas(
+    server: PostgresServer, tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, **settings: Any
+) -> Iterator[Pair]:
+    monkeypatch.setattr(admin, "single_hub_lock", lambda url: _NoLock())
+    with postgres_database(server, migrated=True) as url:
+        made: list[HubServer] = []
+        try:
+            for name in ("a", "b"):
+                made.append(HubServer(tmp_path / name, clock, database_url=url, **settings).start())
+            both = Pair(*made)
+            try:
+                yield both
+            finally:
+                made[0].call(made[0].hub.runners.disconnect(both.id, "test over"))
+                both.close()
+        finally:
+            for hub in made:
+                hub.stop()
+
+
+@pytest.fixture
+def pair(
+    postgres_server: PostgresServer, tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Pair]:
+    with replicas(postgres_server, tmp_path, clock, monkeypatch) as both:
+        yield both
+
+
+def take(machine: Machine, kind: str) -> dict[str, Any]:
+    """The one command of ``kind`` the next poll through ``machine`` delivers."""
+    [command] = assert_machine_ok(machine.poll())["commands"]
+    assert command["kind"] == kind, command
+    return dict(command)
+
+
+def opened_on_a(pair: Pair, account: AccountRef | None = None) -> Gateway:
+    """A gateway opened by replica A, its ``gateway.open`` taken, admitted and answered through replica B."""
+    task = spawn(pair.a, pair.a.hub.channels.open_gateway(pair.id, account or pair.account()))
+    gateway = answered_through_b(pair, task, "gateway.open")
+    assert isinstance(gateway, Gateway), gateway
+    return gateway
+
+
+def answered_through_b(pair: Pair, task: asyncio.Task[Any], kind: str) -> Any:
+    """The outcome at A of ``task``, whose one command (of ``kind``) is taken, admitted and answered through B."""
+    command = take(pair.on_b, kind)
+    assert assert_machine_ok(pair.on_b.post("admit", {"id": command["id"]})) == {"allowed": True}, "B reads A's row"
+    assert_machine_ok(pair.on_b.post("result", {"id": command["id"], "result": {"ok": True}}))
+    return outcome(pair.a, task)
+
+
+def drained(server: HubServer, gateway: Gateway) -> list[Any]:
+    async def read() -> list[Any]:
+        frames = []
+        while not gateway.events.empty():
+            frames.append(gateway.events.get_nowait())
+        return frames
+
+    frames: list[Any] = server.call(read())
+    return frames
+
+
+def frame(gateway: Gateway, seq: int, n: int) -> dict[str, Any]:
+    return {"connectionId": gateway.id, "seq": seq, "frame": {"type": "message.delta", "payload": {"n": n}}}
+
+
+def test_frames_posted_to_either_replica_reach_the_owner_once_in_seq_order(pair: Pair) -> None:
+    gateway = opened_on_a(pair)
+    assert_machine_ok(pair.on_b.post("event", frame(gateway, 1, 1)))
+    assert_machine_ok(pair.on_a.post("event", frame(gateway, 2, 2)))
+    assert_machine_ok(pair.on_a.post("event", frame(gateway, 1, 99)))  # a retry through the other replica
+    gap = pair.on_a.post("event", frame(gateway, 4, 4))
+    assert_machine_error(gap, 409, "runner_event_gap")
+    assert "event 3 " in gap.json()["error"]
+    assert_machine_ok(pair.on_b.post("event", frame(gateway, 3, 3)))
+    assert_machine_ok(pair.on_b.post("event", frame(gateway, 3, 98)))
+    received: list[Any] = []
+
+    def three() -> bool:
+        received.extend(drained(pair.a, gateway))
+        return len(received) >= 3
+
+    wait_until(three, what="three frames at A")
+    assert [f["payload"]["n"] for f in received] == [1, 2, 3]
+    assert gateway.open
+    assert_machine_ok(pair.on_b.post("event", {"connectionId": gateway.id, "seq": 4, "closed": True}))
+    wait_until(lambda: not gateway.open, what="the close marker posted to B to close A's gateway")
+    assert drained(pair.a, gateway) == [None]
+    late = pair.on_a.post("event", frame(gateway, 5, 5))
+    assert_machine_error(late, 410, "runner_connection_closed")
+
+
+def test_without_notifications_the_owner_finds_frames_by_its_fallback_query(
+    postgres_server: PostgresServer, tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = {"database_listen": False, "database_wake_fallback_ms": 100}
+    with replicas(postgres_server, tmp_path, clock, monkeypatch, **settings) as pair:
+        gateway = opened_on_a(pair)
+        before = fallback_wakes(pair.a)
+        assert_machine_ok(pair.on_b.post("event", frame(gateway, 1, 1)))
+        wait_until(lambda: not gateway.events.empty(), what="the frame posted to B at A")
+        assert [f["payload"]["n"] for f in drained(pair.a, gateway)] == [1]
+        assert fallback_wakes(pair.a) == before + 1
+
+
+def fallback_wakes(server: HubServer) -> float:
+    """``talaria_wake_fallback_total{channel="talaria_event"}``; no sample before the first such wake."""
+    try:
+        return metric_value(metrics_text(server), 'talaria_wake_fallback_total{channel="talaria_event"}')
+    except AssertionError:
+        return 0.0
+
+
+def test_a_gateway_closed_by_its_owner_is_closed_for_the_other_replica(pair: Pair) -> None:
+    gateway = opened_on_a(pair)
+    rpc = spawn(pair.a, pair.a.hub.channels.rpc(gateway, "session.create", {}))
+    command = take(pair.on_b, "gateway.rpc")
+    closing = spawn(pair.a, pair.a.hub.channels.close_gateway(gateway))
+    failed = outcome(pair.a, rpc)
+    assert getattr(failed, "code", None) == "runner_connection_closed", failed
+    assert assert_machine_ok(pair.on_b.post("admit", {"id": command["id"]})) == {"allowed": False}
+    assert_machine_error(pair.on_b.post("event", frame(gateway, 1, 1)), 410, "runner_connection_closed")
+    close = take(pair.on_b, "gateway.close")
+    assert assert_machine_ok(pair.on_b.post("admit", {"id": close["id"]})) == {"allowed": True}
+    assert_machine_ok(pair.on_b.post("result", {"id": close["id"], "result": {"ok": True}}))
+    assert outcome(pair.a, closing) is None
+
+
+def test_an_account_that_lost_its_access_is_refused_through_the_other_replica(pair: Pair) -> None:
+    body = {"username": "uma", "password": PASSWORD, "role": "user", "allowedProfiles": {"local": ["default"]}}
+    assert pair.admin.post("/api/admin/accounts", json=body).status_code == 201
+    gateway = opened_on_a(pair, pair.account("uma"))
+    rpc = spawn(pair.a, pair.a.hub.channels.rpc(gateway, "session.create", {}))
+    command = take(pair.on_b, "gateway.rpc")
+    assert pair.admin.patch("/api/admin/accounts/uma", json={"canManageTeam": True}).status_code == 200
+    assert assert_machine_ok(pair.on_b.post("admit", {"id": command["id"]})) == {"allowed": False}, "auth_version"
+    assert_machine_ok(pair.on_b.post("result", {"id": command["id"], "error": {"code": "x_y", "message": "no"}}))
+    assert getattr(outcome(pair.a, rpc), "code", None) == "x_y"
+    refused = pair.on_b.post("event", frame(gateway, 1, 1))
+    assert_machine_error(refused, 410, "runner_connection_closed")
+    wait_until(lambda: not gateway.open, what="A's gateway to close")
+    assert gateway.revoked, "the owner learns why: its turn ends as access revoked"
+    assert drained(pair.a, gateway) == [None]
+
+
+def test_a_state_ended_through_one_replica_closes_the_gateways_the_other_owns(pair: Pair) -> None:
+    gateway = opened_on_a(pair)
+    assert_machine_ok(pair.on_b.post("goodbye", {}))
+    wait_until(lambda: not gateway.open, what="A's gateway to close after a goodbye through B")
+    assert drained(pair.a, gateway) == [None]
+
+
+class Tools:
+    """A grant's executors on each replica (the kind ``probe``): each call records where it ran; a call with
+    ``{"hold": true}`` waits until ``release`` is set; ``{"refuse": true}`` answers ``team_tools_forbidden``."""
+
+    def __init__(self, pair: Pair) -> None:
+        self.ran: list[tuple[str, str]] = []  # (replica, tool id)
+        self.release = threading.Event()
+        for name, server in (("a", pair.a), ("b", pair.b)):
+            server.hub.channels.tool_kinds["probe"] = self._kind(name)
+
+    def owner(self) -> ToolExecutor:
+        """The grant's own executor on A, its owner."""
+        return self._kind("a")("", {})
+
+    def _kind(self, replica: str) -> ToolKind:
+        def make(grant_id: str, tools: dict[str, Any]) -> ToolExecutor:
+            async def execute(tool_id: str, arguments: dict[str, Any]) -> Any:
+                self.ran.append((replica, tool_id))
+                if arguments.get("hold"):
+                    await asyncio.to_thread(self.release.wait, 10)
+                if arguments.get("refuse"):
+                    raise TalariaError("team_tools_forbidden", "team tools are no longer available to this turn")
+                return {"ran": tool_id, "on": replica, "grant": grant_id, "tools": tools}
+
+            return execute
+
+        return make
+
+
+def granted_on_a(pair: Pair, tools: Tools, account: AccountRef | None = None) -> Grant:
+    """A grant opened by replica A (executor and ``tools`` of kind ``probe``), its ``grant.create`` taken, admitted
+    and answered through replica B."""
+    created = pair.a.hub.channels.create_grant(
+        pair.id, account or pair.account(), profile="default", work_id="w1",
+        session={"runtimeId": "r", "storedId": ""}, catalog=[], executor=tools.owner(),
+        turn_active=lambda: True, tools={"kind": "probe", "n": 1},
+    )  # fmt: skip
+    grant = answered_through_b(pair, spawn(pair.a, created), "grant.create")
+    assert isinstance(grant, Grant), grant
+    return grant
+
+
+def call(grant: Grant, call_id: str, **arguments: Any) -> dict[str, Any]:
+    return {"grantId": grant.id, "toolId": "probe.echo", "callId": call_id, "arguments": arguments}
+
+
+def test_a_tool_call_runs_on_the_replica_it_reached_once_for_its_call_id(pair: Pair) -> None:
+    tools = Tools(pair)
+    grant = granted_on_a(pair, tools)
+    first = assert_machine_ok(pair.on_b.post("tool", call(grant, "c1")))
+    assert first == {"result": {"ran": "probe.echo", "on": "b", "grant": grant.id, "tools": {"kind": "probe", "n": 1}}}
+    assert assert_machine_ok(pair.on_a.post("tool", call(grant, "c1"))) == first, "the first outcome, from A too"
+    assert_machine_error(pair.on_a.post("tool", call(grant, "c1", other=1)), 409, "idempotency_conflict")
+    own = assert_machine_ok(pair.on_a.post("tool", call(grant, "c2")))
+    assert own["result"]["on"] == "a", "the owner runs with the grant's own executor"
+    assert tools.ran == [("b", "probe.echo"), ("a", "probe.echo")]
+
+
+def test_a_duplicate_on_another_replica_waits_for_the_running_call(pair: Pair) -> None:
+    tools = Tools(pair)
+    grant = granted_on_a(pair, tools)
+    other = pair.on_a.twin()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        running = pool.submit(pair.on_b.post, "tool", call(grant, "c1", hold=True))
+        wait_until(lambda: tools.ran == [("b", "probe.echo")], what="the call to run on B")
+        duplicate = pool.submit(other.post, "tool", call(grant, "c1", hold=True))
+        runners = pair.a.hub.runners
+        assert isinstance(runners, SharedRunnerHub)
+        wait_until(lambda: runners.waiting_calls() == 1, what="the duplicate to wait on A")
+        tools.release.set()
+        assert assert_machine_ok(duplicate.result(10)) == assert_machine_ok(running.result(10))
+    other.close()
+    assert tools.ran == [("b", "probe.echo")], "run once"
+
+
+def test_a_call_left_running_by_a_replica_no_longer_live_is_taken_over_and_run_once(pair: Pair) -> None:
+    tools = Tools(pair)
+    grant = granted_on_a(pair, tools)
+    fingerprint = sha256_hex(canonical_json(["probe.echo", {}]))
+    raw_sql(pair.a.settings, "INSERT INTO runner_tool_call (grant_id, call_id, fingerprint, status, replica, "
+            "started_at) VALUES (?, 'c1', ?, 'running', 'rep_gone', 0)", grant.id, fingerprint)  # fmt: skip
+    assert assert_machine_ok(pair.on_b.post("tool", call(grant, "c1")))["result"]["on"] == "b"
+    assert assert_machine_ok(pair.on_a.post("tool", call(grant, "c1")))["result"]["on"] == "b"
+    [row] = raw_sql(pair.a.settings, "SELECT status, attempt, replica FROM runner_tool_call WHERE grant_id = ?",
+                    grant.id)  # fmt: skip
+    replica = pair.b.hub.replica
+    assert replica is not None
+    assert row == {"status": "done", "attempt": 2, "replica": replica.id}
+    assert tools.ran == [("b", "probe.echo")]
+
+
+def test_the_128_call_limit_holds_across_replicas(pair: Pair) -> None:
+    tools = Tools(pair)
+    grant = granted_on_a(pair, tools)
+    for n in range(128):
+        assert_machine_ok((pair.on_a if n % 2 else pair.on_b).post("tool", call(grant, f"c{n}")))
+    assert_machine_error(pair.on_b.post("tool", call(grant, "c128")), 429, "runner_call_limit")
+    assert_machine_error(pair.on_a.post("tool", call(grant, "c129")), 429, "runner_call_limit")
+    assert assert_machine_ok(pair.on_a.post("tool", call(grant, "c5")))["result"]["on"] == "a", "a repeat still answers"
+    assert len(tools.ran) == 128
+
+
+def test_an_account_that_lost_its_access_stops_the_owner_s_turn_from_the_other_replica(pair: Pair) -> None:
+    body = {"username": "uma", "password": PASSWORD, "role": "user", "allowedProfiles": {"local": ["default"]}}
+    assert pair.admin.post("/api/admin/accounts", json=body).status_code == 201
+    tools = Tools(pair)
+    grant = granted_on_a(pair, tools, pair.account("uma"))
+    assert pair.admin.patch("/api/admin/accounts/uma", json={"canManageTeam": True}).status_code == 200
+    assert_machine_error(pair.on_b.post("tool", call(grant, "c1")), 403, "team_tools_forbidden")
+    wait_until(grant.revoked.is_set, what="A's grant to be revoked")
+    assert_machine_error(pair.on_b.post("tool", call(grant, "c2")), 403, "team_tools_forbidden")
+    assert tools.ran == []
+
+
+def test_a_tool_refusing_its_round_on_the_other_replica_closes_the_grant_and_the_turn_goes_on(pair: Pair) -> None:
+    tools = Tools(pair)
+    grant = granted_on_a(pair, tools)
+    assert_machine_error(pair.on_b.post("tool", call(grant, "c1", refuse=True)), 403, "team_tools_forbidden")
+    closing = take(pair.on_a, "grant.close")
+    wait_until(lambda: not grant.open, what="A's grant to close")
+    assert not grant.revoked.is_set(), "the turn goes on without tools"
+    assert_machine_error(pair.on_a.post("tool", call(grant, "c2")), 410, "runner_grant_expired")
+    assert_machine_ok(pair.on_b.post("result", {"id": closing["id"], "result": {"ok": True}}))
+
+
+def test_a_grant_closed_by_its_owner_refuses_calls_on_the_other_replica(pair: Pair) -> None:
+    tools = Tools(pair)
+    grant = granted_on_a(pair, tools)
+    closed = spawn(pair.a, pair.a.hub.channels.close_grant(grant))
+    closing = take(pair.on_b, "grant.close")
+    assert assert_machine_ok(pair.on_b.post("admit", {"id": closing["id"]})) == {"allowed": True}
+    assert_machine_ok(pair.on_b.post("result", {"id": closing["id"], "result": {"ok": True}}))
+    assert outcome(pair.a, closed) is None
+    assert_machine_error(pair.on_b.post("tool", call(grant, "c1")), 410, "runner_grant_expired")
+    assert tools.ran == []

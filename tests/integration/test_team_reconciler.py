@@ -116,6 +116,9 @@ def _form_and_assign(team: Team) -> tuple[str, str, str]:
 def test_a_goal_runs_its_assignment_as_a_job_reviews_finishes_and_reports_back(team: Team) -> None:
     team.hermes.knobs.delta_delay = 0
     stream = Stream(team.alice, team.conversation_id)
+    # the review wake starts as soon as the user turn ends (maybe before the test sees that end): it holds from its
+    # first delta, the other turns do not
+    team.hermes.delta_delay_for("[talaria-goal-review]", HOLD)
     user_turn, goal_id, assignment_id = _form_and_assign(team)
     wait_until(lambda: team.goal(goal_id)["status"] == "review", what="the goal to enter review", timeout=30)
     [assignment] = team.rows(f"SELECT * FROM assignment WHERE id = '{assignment_id}'")
@@ -130,7 +133,6 @@ def test_a_goal_runs_its_assignment_as_a_job_reviews_finishes_and_reports_back(t
     assert all(b.get("session_id") != member_turns[0].runtime_id for b in team.hermes.binds())  # no team tools
 
     # the review delivery wakes the coordinator once; its wake reviews and finishes the goal
-    team.hermes.knobs.delta_delay = HOLD
     call = team.tools("[talaria-goal-review]")
     wake = [t for t in team.hermes.turns() if t.text.startswith("[talaria-goal-review]")]
     assert len(wake) == 1 and f"goalId: {goal_id}" in wake[0].text
@@ -138,7 +140,7 @@ def test_a_goal_runs_its_assignment_as_a_job_reviews_finishes_and_reports_back(t
     done = call("talaria_finish_goal", requestId="R6", goalId=goal_id, status="complete", result="the report",
                 acceptanceRevision=1, checks=[{"criterion": 0, "passed": True, "evidence": "the draft"}])  # fmt: skip
     assert done["goal"]["status"] == "complete"
-    team.hermes.knobs.delta_delay = 0
+    team.hermes.delta_delay_for("[talaria-goal-review]", 0)
     wait_until(lambda: len([m for m in messages(team.alice, team.conversation_id) if m["role"] == "system"]) == 2,
                what="the terminal message", timeout=30)  # fmt: skip
     shown = [(m["role"], m["author"], m["content"].split("\n")[0]) for m in messages(team.alice, team.conversation_id)

@@ -82,7 +82,7 @@ class Accounts:
             if tx.one("account_get", username=username) is not None:
                 raise TalariaError("account_exists", f"an account named {username} already exists")
             tx.run("tenant_ensure", name=tenant, now=now)
-            tx.run(
+            made = tx.one(
                 "account_insert",
                 username=username,
                 tenant=tenant,
@@ -92,6 +92,8 @@ class Accounts:
                 can_manage_team=int(can_manage_team),
                 now=now,
             )
+            if made is None:  # created meanwhile by another hub replica
+                raise TalariaError("account_exists", f"an account named {username} already exists")
             row = tx.one("account_get", username=username)
         assert row is not None
         return Account.from_row(row)

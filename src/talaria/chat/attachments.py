@@ -108,6 +108,7 @@ class Attachments:
         kind = kind_of(media_type, data)
         attachment_id = mint("att", now)
         with self.store.write() as tx:
+            tx.run("account_lock", username=account.username)  # uploads, removals and sends one at a time
             self.conversations.visible(tx, account, conversation_id)
             self._sweep(tx, now)
             unsent = tx.one("chat_attachment_unsent_count", conversation_id=conversation_id)
@@ -123,6 +124,7 @@ class Attachments:
 
     def remove(self, account: Account, conversation_id: str, attachment_id: str) -> None:
         with self.store.write() as tx:
+            tx.run("account_lock", username=account.username)
             self.conversations.visible(tx, account, conversation_id)
             self._sweep(tx, self.clock.now_ms())
             found = get(tx, conversation_id, attachment_id)

@@ -70,6 +70,7 @@ def enqueue(
     if not 1 <= len(prompt) <= MAX_CHAT_TEXT_CHARS or not prompt.strip():
         raise TalariaError("invalid_request", f"an automatic turn's prompt is 1-{MAX_CHAT_TEXT_CHARS} characters")
     conversation = _conversation(tx, conversation_id)
+    tx.run("chat_conversation_lock", id=conversation_id)  # its queue, one writer at a time (scale.md 3.7)
     unended = [ChatTurn.from_row(r) for r in tx.all("chat_turn_unended_conversation", conversation_id=conversation_id)]
     if sum(1 for t in unended if t.state == "queued") >= MAX_QUEUED_TURNS:
         raise TalariaError("turn_queue_full", f"this conversation already has {MAX_QUEUED_TURNS} queued turns")

@@ -120,7 +120,9 @@ def get(tx: Tx, tenant: str, owner: str, bot_id: str) -> Bot | None:
 
 def require_free(tx: Tx, tenant: str, owner: str, name: str, bot_id: str, *, counted_live: bool) -> None:
     """The name free among the owner's live bots (409 ``duplicate_bot_name``), and room for one more (409
-    ``bot_limit``; ``counted_live``: the bot is already one of them, a rename)."""
+    ``bot_limit``; ``counted_live``: the bot is already one of them, a rename). The owner's row is held first, so
+    concurrent writers (other replicas) count after each other (scale.md 3.7)."""
+    tx.run("account_lock", username=owner)
     taken = tx.one("bot_name_taken", tenant=tenant, owner=owner, name_key=name_key(name), id=bot_id)
     if taken is not None:
         raise TalariaError("duplicate_bot_name", "you already have a bot of this name")

@@ -174,6 +174,7 @@ class Conversations:
         return Conversation.from_row(row)
 
     def _require_room(self, tx: Tx, account: Account) -> None:
+        tx.run("account_lock", username=account.username)  # concurrent creates count one after the other
         live = tx.one("chat_conversation_live_count", tenant=account.tenant, owner=account.username)
         if live is not None and int(live["n"]) >= MAX_LIVE_CONVERSATIONS:
             raise TalariaError(

@@ -103,6 +103,9 @@ class NewMessage:
 
 def store_message(tx: Tx, conversation_id: str, message: NewMessage, now_ms: int) -> ChatMessage:
     message_id = message.id or mint("msg", now_ms)
+    # the conversation's row first: a concurrent writer (another replica) waits here until this one commits, so
+    # the next ordinal below is read after its message is visible
+    tx.run("chat_conversation_touch", id=conversation_id, now=now_ms)
     tx.run(
         "chat_message_insert", id=message_id, conversation_id=conversation_id, turn_id=message.turn_id,
         role=message.role, author=message.author, content=message.content,
@@ -111,7 +114,6 @@ def store_message(tx: Tx, conversation_id: str, message: NewMessage, now_ms: int
         tool_name=message.tool_name, tool_context=cut_tool_text(message.tool_context), tool_summary=None,
         duration_ms=None, usage=json.dumps(message.usage, sort_keys=True) if message.usage else None, now=now_ms,
     )  # fmt: skip
-    tx.run("chat_conversation_touch", id=conversation_id, now=now_ms)
     row = tx.one("chat_message_get", conversation_id=conversation_id, id=message_id)
     assert row is not None
     return ChatMessage.from_row(row)

@@ -115,6 +115,9 @@ class ChatTurns:
         require_allowed(self.allowed, account, before.bot.source, before.bot.profile)
         turn_id, message_id = mint("trn", now), mint("msg", now)
         with self.store.write() as tx:
+            # across replicas (scale.md 3.7): the owner's row, then the conversation's, before anything is counted
+            tx.run("account_lock", username=account.username)
+            tx.run("chat_conversation_lock", id=conversation_id)
             conversation = self.conversations.visible(tx, account, conversation_id)
             replay = self._replay(tx, conversation_id, key_hash, request_digest, now)
             if replay is not None:
@@ -221,6 +224,7 @@ class ChatTurns:
                 "chat_turn_limit", f"you have {self.settings.chat_per_account} turns in progress; wait for one",
                 headers=retry,
             )  # fmt: skip
+        tx.run("chat_turn_limit_lock")  # every acceptance's count of every live turn, one at a time
         every = tx.one("chat_turn_live_count_all")
         if every is not None and int(every["n"]) >= self.settings.chat_per_hub:
             raise TalariaError("chat_busy", "the hub is running as many chat turns as it may; retry", headers=retry)

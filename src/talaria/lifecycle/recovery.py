@@ -53,8 +53,8 @@ def recover(ctx: Context) -> RecoveryReport:
     dispatched = 0
     for task in undispatched:
         guard = Actor(principal, frozenset({"runtime"}), "recovery", tenant=task["tenant"])
-        ctx.write(functools.partial(_dispatch_one, ctx, guard, Task.from_row(task)))
-        dispatched += 1
+        if ctx.write(functools.partial(_dispatch_one, ctx, guard, Task.from_row(task))):
+            dispatched += 1
     expired = ctx.write(
         lambda tx, now, signals: expire_all_due(
             tx, now, actor=actor, reason="lease_expired_on_recovery", limit=2**31 - 1, signals=signals
@@ -73,8 +73,14 @@ def recover(ctx: Context) -> RecoveryReport:
     return report
 
 
-def _dispatch_one(ctx: Context, actor: Actor, task: Task, tx: Tx, now: int, signals: Signals) -> object:
-    return dispatch_in(ctx.settings, tx, now, actor, task, signals)
+def _dispatch_one(ctx: Context, actor: Actor, task: Task, tx: Tx, now: int, signals: Signals) -> bool:
+    """Dispatch an approved task read before this transaction, unless it changed since (another replica's recovery
+    or a request dispatched it)."""
+    held = tx.one("task_lock", id=task.id)
+    if held is None or int(held["revision"]) != task.revision:
+        return False
+    dispatch_in(ctx.settings, tx, now, actor, task, signals)
+    return True
 
 
 def sweep(ctx: Context) -> int:

@@ -13,7 +13,7 @@ from talaria.ids import mint
 from talaria.lifecycle import audit, journal
 from talaria.lifecycle.actor import PLATFORM_ADMIN, Actor
 from talaria.lifecycle.binding import Binding
-from talaria.lifecycle.context import Context, Signals
+from talaria.lifecycle.context import Context, RowChanged, Signals
 from talaria.lifecycle.endings import admin_cancel_in
 from talaria.lifecycle.machine import JOB_INITIAL, TASK_INITIAL, TaskOp, TaskState, next_task_state
 from talaria.lifecycle.records import Dispatch, Job, Task
@@ -141,6 +141,9 @@ def dispatch_in(
     ``task`` is the Task as read (or just written) in ``tx``; ``in_process_only``: a job the Runtime API never
     sees (team-tools.md 4.3)."""
     next_task_state(task.state, TaskOp.DISPATCH)
+    held = tx.one("task_lock", id=task.id)  # another replica's dispatch of it waits here, or went first
+    if held is None or int(held["revision"]) != task.revision:
+        raise RowChanged()
     if task.provenance is None or tx.one("dispatch_get_by_task", task_id=task.id) is not None:
         raise TalariaError("not_approved", "the task is already dispatched")
     dispatch_id, job_id, run_id = mint("dsp", now), mint("job", now), mint("run", now)

@@ -127,6 +127,9 @@ class TeamToolCalls:
         if write is None:
             raise TalariaError("not_found", "no such team tool")
         with self.store.write() as tx:
+            # the owner's row first: mutating calls of one owner run one after another across replicas, so a
+            # concurrent repeat of a request replays it and the limits count after each other (scale.md 3.7)
+            tx.run("account_lock", username=round.owner)
             context = self._context(tx, round)
             checked = arguments.check(tool, given)
             request = ledger.Request.of(self.key, tenant=round.tenant, owner=round.owner, bot_id=round.bot_id,

@@ -66,6 +66,7 @@ class Channels:
                 valid=valid,
             )
         except TalariaError:
+            gateway.open = False
             await self.runners.end_channel(state, "gateway", gateway.id)
             raise
         return gateway
@@ -98,10 +99,12 @@ class Channels:
 
     async def close_gateway(self, gateway: Gateway) -> None:
         """Close on the hub side (queued commands fail 409), then tell the runner (admitted whenever pending)."""
-        state = self.runners.state_of(gateway.runner_id)
         was_open = gateway.open
-        if state is None:
+        if was_open:  # closed here whatever state holds it now (a replaced state no longer lists it)
             gateway.open = False
+            gateway.events.put_nowait(None)
+        state = self.runners.state_of(gateway.runner_id)
+        if state is None:
             return
         await self.runners.end_channel(state, "gateway", gateway.id)
         if was_open:
@@ -138,6 +141,7 @@ class Channels:
                 runner_id, "grant.create", payload, account=account, profile=profile, grant_id=grant.id
             )
         except TalariaError:
+            grant.open = False
             await self.runners.end_channel(state, "grant", grant.id)
             raise
         return grant
@@ -158,10 +162,9 @@ class Channels:
         return int(reply["expiresAt"])
 
     async def close_grant(self, grant: Grant) -> None:
-        was_open = grant.open
+        was_open, grant.open = grant.open, False
         state = self.runners.state_of(grant.runner_id)
         if state is None:
-            grant.open = False
             return
         await self.runners.end_channel(state, "grant", grant.id)
         if was_open:

@@ -260,7 +260,7 @@ class RunnerHub:
                 grant.open = False
             return
         gateway = state.gateways.pop(channel_id, None)
-        if gateway is not None:
+        if gateway is not None and gateway.open:  # its reader hears the end once
             gateway.revoked = gateway.revoked or revoked
             gateway.open = False
             gateway.events.put_nowait(None)

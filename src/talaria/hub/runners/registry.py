@@ -199,7 +199,7 @@ class RunnerRegistry:
                 raise TalariaError("runner_source_in_use", f"source {fields['source']} already has an enabled runner")
             tx.run("tenant_ensure", name=tenant, now=now)
             tx.run("source_ensure", tenant=tenant, name=fields["source"], now=now)
-            tx.run(
+            made = tx.one(
                 "runner_insert",
                 id=runner_id,
                 tenant=tenant,
@@ -213,6 +213,8 @@ class RunnerRegistry:
                 allow_insecure_lan=int(fields["allow_insecure_lan"]),
                 now=now,
             )
+            if made is None:  # registered meanwhile by another hub replica
+                raise TalariaError("runner_source_in_use", f"source {fields['source']} already has an enabled runner")
             row = tx.one("runner_get", id=runner_id)
         assert row is not None
         record = RunnerRecord.from_row(row)

@@ -500,7 +500,7 @@ class SharedRunnerHub:
                 self.signals.notify(TOOL_CHANNEL, channel_id)
             return
         gateway = local.gateways.pop(channel_id, None) if local is not None else None
-        if gateway is not None:
+        if gateway is not None and gateway.open:  # its reader hears the end once
             gateway.revoked = gateway.revoked or revoked
             gateway.open = False
             gateway.events.put_nowait(None)

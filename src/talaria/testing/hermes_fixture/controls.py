@@ -14,6 +14,7 @@ from talaria.testing.hermes_fixture.knobs import (
     ApprovalRule,
     ClarifyRule,
     CompressRule,
+    DeltaDelayRule,
     Knobs,
     MethodDelay,
     MethodDrop,
@@ -112,6 +113,11 @@ class FixtureControls:
         """Turns on prompts containing ``substring`` end with ``error {message}`` and no ``message.complete`` (as
         Hermes 0.19.0 ends a prompt whose agent did not initialise in time), no reply row."""
         self._add(lambda k: k.turn_failures.add(TurnFailure(times, substring, message, event_only=True)))
+
+    def delta_delay_for(self, substring: str, seconds: float) -> None:
+        """Turns on prompts containing ``substring`` wait ``seconds`` before each delta (instead of
+        ``knobs.delta_delay``), read before every delta: a later rule of the same substring changes a running turn."""
+        self._add(lambda k: k.delta_delays.add(DeltaDelayRule(None, substring, seconds)))
 
     def compress_on(self, substring: str, *, times: int | None = 1) -> None:
         """A turn on a prompt containing ``substring`` first compresses: the stored session continues in a new one

@@ -107,6 +107,12 @@ class CompressRule(_Rule):
     substring: str
 
 
+@dataclass
+class DeltaDelayRule(_Rule):
+    substring: str
+    seconds: float
+
+
 R = TypeVar("R", bound=_Rule)
 
 
@@ -196,6 +202,7 @@ class Knobs:
     clarifications: RuleList[ClarifyRule] = field(default_factory=RuleList)
     turn_failures: RuleList[TurnFailure] = field(default_factory=RuleList)
     compressions: RuleList[CompressRule] = field(default_factory=RuleList)
+    delta_delays: RuleList[DeltaDelayRule] = field(default_factory=RuleList)
 
     def clear_rules(self) -> None:
         every: tuple[RuleList[Any], ...] = (
@@ -212,6 +219,12 @@ class Knobs:
         )
         for rules in every:
             rules.clear()
+
+    def delta_delay_of(self, text: str) -> float:
+        """The delay before each delta of the turn on ``text``: the newest ``delta_delay_for`` rule whose substring
+        is in it, else ``delta_delay``."""
+        rule = self.delta_delays.take(text, "substring", contains=True)
+        return rule.seconds if rule is not None else self.delta_delay
 
     def reply_to(self, text: str) -> str:
         """The deterministic reply: the newest ``reply_for`` rule whose substring is in ``text``, else an echo."""

@@ -158,7 +158,9 @@ async def _run(state: FixtureState, session: LiveSession, turn: Turn) -> None:
         if not turn.interrupted.is_set():
             await _interaction(state, session, turn)
         for piece in split_reply(reply, state.knobs.delta_count) if failure is None else []:
-            if await state.pause(state.knobs.delta_delay, turn.interrupted):
+            with state.cond:
+                delay = state.knobs.delta_delay_of(turn.text)
+            if await state.pause(delay, turn.interrupted):
                 break
             with state.cond:
                 turn.assistant += piece

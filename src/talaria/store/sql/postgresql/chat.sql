@@ -76,3 +76,7 @@ SELECT event_seq_reserved FROM chat_conversation WHERE id = :id
 -- conversation is still bound to the session the turn ended in.
 UPDATE chat_conversation SET hermes_session_id = :hermes_session_id, updated_at = :now
 WHERE id = :id AND runner_id = :runner_id AND hermes_session_id = :was
+
+-- name: chat_conversation_lock
+-- Hold a conversation's row for the rest of the transaction: its queue of turns is read and changed by one writer.
+SELECT id FROM chat_conversation WHERE id = :id FOR UPDATE

@@ -31,3 +31,7 @@ LIMIT :limit
 SELECT t.* FROM task t LEFT JOIN dispatch d ON d.task_id = t.id
 WHERE t.state = 'APPROVED' AND d.id IS NULL
 ORDER BY t.approved_at, t.id
+
+-- name: task_lock
+-- Hold a task's row for the rest of the transaction (a dispatch checks its revision under it; scale.md 2.3).
+SELECT revision FROM task WHERE id = :id FOR UPDATE

@@ -79,3 +79,7 @@ ORDER BY t.created_at, t.id
 SELECT usage FROM chat_turn
 WHERE conversation_id = :conversation_id AND usage IS NOT NULL AND finished_at IS NOT NULL
 ORDER BY finished_at DESC, created_at DESC LIMIT 1
+
+-- name: chat_turn_limit_lock
+-- Serialise the acceptances that count every live chat turn (chat.per_hub, cluster-wide; scale.md 3.7).
+SELECT 1 AS locked

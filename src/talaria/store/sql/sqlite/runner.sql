@@ -1,9 +1,11 @@
 -- name: runner_insert
--- Register a runner (enabled) for a source.
+-- Register a runner (enabled) for a source; no row when the source has an enabled one (a concurrent one too).
 INSERT INTO runner (id, tenant, name, source, allowed_profiles, token_hash, enabled, server_url, hermes_url,
                     artifact_roots, allow_insecure_lan, created_at)
 VALUES (:id, :tenant, :name, :source, :allowed_profiles, :token_hash, 1, :server_url, :hermes_url,
         :artifact_roots, :allow_insecure_lan, :now)
+ON CONFLICT (tenant, source) WHERE enabled = 1 DO NOTHING
+RETURNING id
 
 -- name: runner_get
 -- One runner by id (any tenant: the machine API knows only the id).

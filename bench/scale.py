@@ -190,7 +190,9 @@ def lifecycle_figure(server: PostgresServer, parent: Path, replicas: int, thread
         migrations.upgrade(store)
     finally:
         store.close()
-    prepare = max(50, int(seconds * 30))  # more than a thread finishes in the time (about 10-20 a second here)
+    # more than a thread finishes in the time: 15-35 a second on the 2-core machines measured so far, so 100 a
+    # second leaves room for a faster one (preparing happens before the barrier, outside the measured time)
+    prepare = max(200, int(seconds * 100))
     command = [sys.executable, "-m", "talaria.testing.audit_load", "--url", url, "--threads", str(threads),
                "--seconds", str(seconds), "--prepare", str(prepare), "--barrier"]  # fmt: skip
     log(f"lifecycle: {replicas} processes x {threads} threads, {seconds:g} s ({prepare} tasks each prepared)")

@@ -444,15 +444,6 @@ def queued_frames(node: Node, gateway: Gateway) -> list[Any]:
     return frames
 
 
-def test_closing_a_gateway_of_a_state_since_replaced_closes_it_for_its_reader(node: Node) -> None:
-    machine = connected(node)
-    gateway = open_gateway(node, machine)
-    assert_machine_ok(machine.poll(reset=True))  # a new state: the old one's gateways are no longer listed
-    node.server.call(node.server.hub.channels.close_gateway(gateway))
-    assert not gateway.open, "a kept channel must not be taken for an open one"
-    assert None in queued_frames(node, gateway)
-
-
 def test_numbered_events_are_stored_once_in_order_and_a_gap_is_409_runner_event_gap(node: Node) -> None:
     machine = connected(node)
     gateway = open_gateway(node, machine)

@@ -533,11 +533,7 @@ class SharedRunnerHub:
         gateway = local.gateways.get(connection_id) if local is not None else None
         if gateway is not None:
             gateway.revoked = True
-        await run_in_threadpool(self._revoke, connection_id, state.epoch)
-
-    def _revoke(self, connection_id: str, epoch: str) -> None:
-        with self.store.write() as tx:
-            tx.run("runner_gateway_revoke", id=connection_id, epoch=epoch)
+        await run_in_threadpool(self._write, "runner_gateway_revoke", id=connection_id, epoch=state.epoch)
 
     async def describe_grant(self, state: ConnState, grant_id: str, tools: dict[str, Any]) -> None:
         await run_in_threadpool(self._write, "runner_grant_describe", id=grant_id, tools=canonical_json(tools).decode())
@@ -752,9 +748,7 @@ class SharedRunnerHub:
         if self._loop is None or self.shutting_down:
             return
         self._pulling.add(connection_id)
-        task = self._loop.create_task(self._pull(connection_id))
-        self._rechecks.add(task)  # a reference until it is done
-        task.add_done_callback(self._rechecks.discard)
+        self._recheck_task(self._pull(connection_id))
 
     async def _pull(self, connection_id: str) -> None:
         try:
@@ -901,9 +895,7 @@ class SharedRunnerHub:
 
     def _recheck_soon(self) -> None:
         if self._loop is not None and not self.shutting_down:
-            task = self._loop.create_task(self._recheck_quietly())
-            self._rechecks.add(task)  # a reference until it is done
-            task.add_done_callback(self._rechecks.discard)
+            self._recheck_task(self._recheck_quietly())
 
     async def _recheck_quietly(self) -> None:
         try:

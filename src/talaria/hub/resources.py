@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -35,6 +36,7 @@ from talaria.hub.timings import HubTimings
 from talaria.hub.turns import team_round, team_tools
 from talaria.hub.turns.chat_engine import ChatEngine
 from talaria.hub.turns.driver import TurnDriver
+from talaria.hub.turns.turn_leases import SharedTurnLeases
 from talaria.lifecycle.audit_key import AuditKey
 from talaria.lifecycle.audit_sealer import AuditSealer
 from talaria.lifecycle.engine import Engine
@@ -142,10 +144,14 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
         team_calls = TeamToolCalls(store, clock, audit_key, bot_access, catalog.HANDLERS,
                                    count=metrics.observe_team_call)  # fmt: skip
         channels.tool_kinds[team_round.ROUND_KIND] = functools.partial(team_round.from_descriptor, team_calls)
+    shared_turns: dict[str, Any] = {}
+    if store.dialect == "postgresql":  # which replica drives each chat turn (scale.md 4.3)
+        shared_turns = {"leases": SharedTurnLeases(store, replica.id, renew_s=timings.turn_lease_renew_s),
+                        "signals": signals_of(store, listen=settings.database_listen)}  # fmt: skip
     chat_engine = ChatEngine(
         store=store, clock=clock, settings=settings, key=audit_key, accounts=accounts, allowed=bot_access.allowed,
         registry=registry, runners=runners, driver=TurnDriver(channels, registry, clock), events=chat_events,
-        timings=timings, team_calls=team_calls,
+        timings=timings, team_calls=team_calls, **shared_turns,
     )  # fmt: skip
     hub = Hub(
         settings=settings,

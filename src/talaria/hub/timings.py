@@ -38,3 +38,5 @@ class HubTimings:
     # database server's (scale.md 1, 3.6)
     replica_renew_s: float = 5.0
     replica_clock_check_s: float = 60.0
+    # a PostgreSQL replica's renewal of the leases of the chat turns it drives (scale.md 4.3: TTL 30 s)
+    turn_lease_renew_s: float = 10.0

@@ -207,5 +207,5 @@ async def stop_turn(conversation_id: ConversationId, turn_id: str, user: UserDep
         return turn
 
     turn = await run_in_threadpool(stop)
-    hub.chat_engine.request_stop(turn.id)
+    hub.chat_engine.changed(turn.id)
     return Response(canonical_json({"turn": turn_json(turn)}), status_code=202, media_type="application/json")

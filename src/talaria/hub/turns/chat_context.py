@@ -26,15 +26,17 @@ from talaria.hub.timings import HubTimings
 from talaria.hub.turns.chat_channels import KeptChannels
 from talaria.hub.turns.chat_frames import Draft, TurnStream
 from talaria.hub.turns.driver import TurnDriver
+from talaria.hub.turns.turn_leases import LeaseLost, LocalTurnLeases, TurnLeases
 from talaria.lifecycle.actor import Actor, account_principal
 from talaria.lifecycle.audit_key import AuditKey
 from talaria.settings import Settings
-from talaria.store.interface import Row, Store, Tx
+from talaria.store.interface import Row, Signals, Store, Tx
 from talaria.teams.calls import TeamToolCalls
 
 log = structlog.get_logger("talaria.chat")
 
 UNCERTAIN = "runner_command_uncertain"
+TURN_CHANNEL = "talaria_turn"  # a turn stopped or ended by another replica than the one driving it
 
 
 @dataclass(frozen=True)
@@ -49,12 +51,17 @@ class ChatContext:
     def __init__(
         self, *, store: Store, clock: Clock, settings: Settings, key: AuditKey, accounts: Accounts,
         allowed: Allowed, registry: RunnerRegistry, runners: RunnerTransport, driver: TurnDriver, events: ChatEvents,
-        timings: HubTimings, team_calls: TeamToolCalls | None = None,
+        timings: HubTimings, team_calls: TeamToolCalls | None = None, leases: TurnLeases | None = None,
+        signals: Signals | None = None,
     ) -> None:  # fmt: skip
         self.store, self.clock, self.settings, self.key = store, clock, settings, key
         self.accounts, self.allowed, self.registry, self.runners = accounts, allowed, registry, runners
         self.driver, self.events, self.timings = driver, events, timings
         self.team_calls = team_calls  # None while the team set is not installed (chat.md 5.9)
+        self.leases = leases or LocalTurnLeases()  # which replica drives a turn (scale.md 4.3)
+        self.signals = signals  # PostgreSQL replicas: talaria_turn wakes the owner of a turn changed elsewhere
+        self.tokens: dict[str, int] = {}  # the lease token of each turn this hub drives
+        self.lost: set[str] = set()  # turns whose lease another replica took: nothing more is written or sent
         self.drafts: dict[str, Draft] = {}
         self.running: dict[str, asyncio.Task[None]] = {}
         self.stops: dict[str, asyncio.Event] = {}
@@ -62,9 +69,19 @@ class ChatContext:
         self.streams: dict[str, TurnStream] = {}
         self.kept = KeptChannels(driver.channels, settings.chat_channel_idle_s)
         self.stopping = False
+        self.scans = 0  # scans completed since start (tests wait for the first)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
+        self._renew_task: asyncio.Task[None] | None = None
+        if signals is not None:  # before the listener starts (with the runner hub), so it listens on this too
+            signals.subscribe(TURN_CHANNEL, self._woken)
+
+    def _woken(self, _turn_id: str) -> None:
+        """``talaria_turn`` (the listener's thread): scan now."""
+        loop = self._loop
+        if loop is not None:
+            loop.call_soon_threadsafe(self._wake.set)
 
     def actor(self, tenant: str) -> Actor:
         return Actor(self.settings.lifecycle_dispatcher_principal, frozenset(), "in_process", tenant)
@@ -93,10 +110,24 @@ class ChatContext:
     def _conversation_of(self, turn_id: str) -> str:
         return self._turn(turn_id).conversation_id
 
-    def _write(self, conversation_id: str, write: Any) -> Any:
-        """Commit ``write(tx)``, then emit the events it returns, under the conversation's event lock."""
+    def fence(self, tx: Tx, turn_id: str) -> None:
+        """In a write of the turn's owner: ``LeaseLost`` once another replica drives the turn (scale.md 4.3)."""
+        token = self.tokens.get(turn_id)
+        if token is None:
+            return
+        try:
+            self.leases.check(tx, turn_id, token)
+        except LeaseLost:
+            self.lost.add(turn_id)
+            raise
+
+    def _write(self, conversation_id: str, write: Any, *, fence: str | None = None) -> None:
+        """Commit ``write(tx)``, then emit the events it returns, under the conversation's event lock; ``fence``:
+        the turn whose owner writes (``LeaseLost`` once that is no longer this hub)."""
         with self.events.locked(conversation_id):
             with self.store.write() as tx:
+                if fence is not None:
+                    self.fence(tx, fence)
                 emits = write(tx)
             for kind, data in emits:
                 self.events.emit(conversation_id, kind, data)
@@ -110,10 +141,11 @@ class ChatContext:
 
     def _end(
         self, turn_id: str, stream: TurnStream | None, state: str, code: str | None, error: str | None,
-        reply: NewMessage | None, reusable: bool | None, *, actor: Actor | None = None,
+        reply: NewMessage | None, reusable: bool | None, *, actor: Actor | None = None, owner: bool = True,
     ) -> None:  # fmt: skip
         """End the turn (if it is not ended yet); ``reusable`` (None: unchanged) is whether its session may be
-        resumed by the next turn."""
+        resumed by the next turn. ``owner``: the turn's driver ends it (fenced by its lease), not an archive, an
+        access change or a stop route ending it wherever it was accepted."""
 
         def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
             now = self.clock.now_ms()
@@ -137,7 +169,7 @@ class ChatContext:
 
         conversation_id = self._conversation_of(turn_id)
         with self.events.locked(conversation_id):
-            self._write(conversation_id, write)
+            self._write(conversation_id, write, fence=turn_id if owner else None)
             if stream is not None:
                 stream.close()
 

@@ -52,6 +52,7 @@ class TurnStream:
     turn_id: str
     bot_id: str
     drafts: dict[str, Draft]  # the engine's, by conversation: what a snapshot shows
+    fence: Callable[[Tx, str], None] = lambda tx, turn_id: None  # the owner's lease check (scale.md 4.3)
     stored_id: str | None = None
     bound_id: str | None = None  # the stored session the turn's end bound the conversation to
     ended_state: str | None = None  # the state this stream's turn ended in, when its own end stored it
@@ -132,6 +133,7 @@ class TurnStream:
             if self.closed:
                 return
             with self.store.write() as tx:
+                self.fence(tx, self.turn_id)
                 emits = write(tx)
             for kind, data in emits:
                 self.events.emit(self.conversation_id, kind, data)

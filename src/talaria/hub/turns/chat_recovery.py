@@ -37,7 +37,7 @@ class RecoveryEntries(ChatContext):
         runner = self._place(turn).runner
         if runner is not None and runner.enabled and runner.id != turn.runner_id:
             self._end(turn.id, None, "uncertain", "runner_target_changed", "another execution node serves the bot now",
-                      None, False)  # fmt: skip
+                      None, False, owner=False)  # fmt: skip
             raise TalariaError("runner_target_changed", "another execution node serves this bot now; the turn ended "
                                "uncertain")  # fmt: skip
 
@@ -51,7 +51,7 @@ class RecoveryEntries(ChatContext):
                    hermes_session_id=turn.hermes_session_id, session_reusable=0, now=self.clock.now_ms())  # fmt: skip
             return [("turn.recovering", {"turnId": turn_id})]
 
-        self._write(self._conversation_of(turn_id), write)
+        self._write(self._conversation_of(turn_id), write, fence=turn_id)
 
     async def _end_stopped(self, turn_id: str) -> None:
         await asyncio.to_thread(self._end, turn_id, None, "interrupted", "stopped", "stopped at the owner's request",
@@ -100,6 +100,9 @@ class RecoveryEntries(ChatContext):
         stopping = asyncio.ensure_future(stop.wait())
         try:
             await asyncio.wait({recovering, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the hub stops, or another replica drives the turn now
+            recovering.cancel()
+            raise
         finally:
             stopping.cancel()
         if not recovering.done():  # chat.md 5.6: stopped while recovering: a cleanup-only channel interrupts it

@@ -29,6 +29,7 @@ from talaria.hub.turns.chat_frames import TurnStream
 from talaria.hub.turns.chat_recovery import RecoveryEntries
 from talaria.hub.turns.driver import ACCESS_REVOKED, STOPPED, TURN_TIMEOUT, LiveChannel, TurnHooks, TurnResult
 from talaria.hub.turns.team_round import RoundTools
+from talaria.hub.turns.turn_leases import LeaseLost
 from talaria.store.interface import Row, Tx
 
 log = structlog.get_logger("talaria.chat")
@@ -53,7 +54,7 @@ class RunEntries(RecoveryEntries):
     async def _run(self, turn_id: str) -> None:
         try:
             await self._run_turn(turn_id)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, LeaseLost):
             raise
         except Exception:
             log.exception("chat_turn_failed", turn=turn_id)
@@ -100,7 +101,7 @@ class RunEntries(RecoveryEntries):
         entitled = await asyncio.to_thread(self._team_entitled, turn, conversation)
         tools = entitled and await self._team_tools_ready(runner.id, account, conversation["bot_profile"])
         stream = TurnStream(self.store, self.clock, self.events, conversation["id"], turn.id,
-                            conversation["bot_id"], self.drafts)  # fmt: skip
+                            conversation["bot_id"], self.drafts, self.fence)  # fmt: skip
         self.streams[turn.id] = stream
         carry = prompts.NONE
 
@@ -143,7 +144,7 @@ class RunEntries(RecoveryEntries):
                 runner_id=runner.id, account=account,
                 profile=conversation["bot_profile"], work_id=conversation["id"], prompt="", tools=tools, probed=True,
                 deadline_ms=self.clock.now_ms() + self.settings.chat_turn_max_s * 1000,
-                hooks=TurnHooks(before_submit, after_submit, interrupt_abandoned=lambda: not self.stopping,
+                hooks=TurnHooks(before_submit, after_submit, interrupt_abandoned=lambda: self._may_interrupt(turn.id),
                                 before_close=stream.settle_answers, on_result=on_result, read_session_info=True),
                 resume_id=resume_id, marker=f"[talaria-run:{turn.id}:{turn.trigger_message_id}]",
                 on_frame=stream.on_frame, stop=stop, prompt_for=prompt_for, channel=channel, keep=keep,
@@ -164,6 +165,11 @@ class RunEntries(RecoveryEntries):
             await asyncio.to_thread(self._session_moved, conversation["id"], runner.id, stream.bound_id,
                                     str(stream.stored_id))  # fmt: skip
         return True
+
+    def _may_interrupt(self, turn_id: str) -> bool:
+        """Whether a turn left without its end interrupts its session: not when this hub stops (start-up or another
+        replica recovers it) nor when another replica took its lease (that one drives it now)."""
+        return not self.stopping and turn_id not in self.lost
 
     def _session_moved(self, conversation_id: str, runner_id: str, was: str, now_id: str) -> None:
         """The end-of-turn ``session.info`` named a new stored session (chat.md 2, Binding)."""
@@ -219,7 +225,7 @@ class RunEntries(RecoveryEntries):
             set_turn(tx, turn, self.clock.now_ms(), waiting_reason=reason)
             return [("turn.waiting", {"turnId": turn_id, "waitingReason": reason})]
 
-        self._write(self._conversation_of(turn_id), write)
+        self._write(self._conversation_of(turn_id), write, fence=turn_id)
 
     def _prompt(self, turn: ChatTurn, conversation: Row, carry: str, new_session: bool, refs: list[str]) -> str:
         with self.store.read() as tx:
@@ -291,10 +297,11 @@ class RunEntries(RecoveryEntries):
                 emits.append(("message.complete", {"turnId": turn.id, "message": message_json(stored)}))
             return emits
 
-        self._write(self._conversation_of(turn_id), write)
+        self._write(self._conversation_of(turn_id), write, fence=turn_id)
 
     def _submitted(self, turn_id: str) -> None:
         with self.store.write() as tx:
+            self.fence(tx, turn_id)
             turn = get_turn(tx, turn_id)
             if turn.submit_state == "submitting":
                 set_turn(tx, turn, self.clock.now_ms(), submit_state="submitted")

@@ -257,7 +257,10 @@ class TurnDriver:
                 await hooks.before_close()
             if grant is not None and grant.open:
                 await self._quietly(self.channels.close_grant(grant))
-            if not (finished and keep is not None and gateway.open and keep(result)):
+            # a submitted turn left running (the hub stops, or another replica drives it now) keeps its channel:
+            # closing it would interrupt the session that recovery re-attaches to (runner-protocol.md 10.5)
+            left_running = submitted and not finished and not interrupt
+            if not left_running and not (finished and keep is not None and gateway.open and keep(result)):
                 await self._quietly(self.channels.close_gateway(gateway))
 
     async def _open_session(self, gateway: Gateway, profile: str, marker: str, resume_id: str | None) -> TurnResult:

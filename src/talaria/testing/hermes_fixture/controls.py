@@ -116,7 +116,8 @@ class FixtureControls:
 
     def delta_delay_for(self, substring: str, seconds: float) -> None:
         """Turns on prompts containing ``substring`` wait ``seconds`` before each delta (instead of
-        ``knobs.delta_delay``), read before every delta: a later rule of the same substring changes a running turn."""
+        ``knobs.delta_delay``), re-read while it waits: a later rule of the same substring (0: go on) changes a
+        running turn's wait."""
         self._add(lambda k: k.delta_delays.add(DeltaDelayRule(None, substring, seconds)))
 
     def compress_on(self, substring: str, *, times: int | None = 1) -> None:

@@ -10,6 +10,7 @@ queued and interrupts the live turn (``display.busy_input_mode: interrupt``); it
 from __future__ import annotations
 
 import asyncio
+import time
 import traceback
 import uuid
 from typing import Any
@@ -158,9 +159,7 @@ async def _run(state: FixtureState, session: LiveSession, turn: Turn) -> None:
         if not turn.interrupted.is_set():
             await _interaction(state, session, turn)
         for piece in split_reply(reply, state.knobs.delta_count) if failure is None else []:
-            with state.cond:
-                delay = state.knobs.delta_delay_of(turn.text)
-            if await state.pause(delay, turn.interrupted):
+            if await _before_delta(state, turn):
                 break
             with state.cond:
                 turn.assistant += piece
@@ -180,6 +179,19 @@ async def _run(state: FixtureState, session: LiveSession, turn: Turn) -> None:
             session.turn = None
             turn.record.status = "error"
             state.changed()
+
+
+async def _before_delta(state: FixtureState, turn: Turn) -> bool:
+    """Wait the turn's delta delay, re-read every 50 ms (a test lets a held turn go by lowering it); True when the
+    turn was interrupted meanwhile."""
+    started = time.monotonic()
+    while True:
+        with state.cond:
+            left = state.knobs.delta_delay_of(turn.text) - (time.monotonic() - started)
+        if left <= 0:
+            return await state.pause(0, turn.interrupted)
+        if await state.pause(min(left, 0.05), turn.interrupted):
+            return True
 
 
 async def _error_event(state: FixtureState, session: LiveSession, turn: Turn, message: str) -> None:

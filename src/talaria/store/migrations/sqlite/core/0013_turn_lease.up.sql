@@ -1,0 +1,3 @@
+-- additive: true
+-- Turn leases are PostgreSQL's (scale.md 4.3): a SQLite directory has one hub (hub.lock), which drives every chat
+-- turn itself, so this step changes nothing here.

@@ -1,0 +1,255 @@
+"""Chat turns on two PostgreSQL hub replicas of one database (scale.md 4.3, 4.4): one runner process behind a
+round-robin TCP proxy in front of both, the Hermes fixture, and alice signed in on each replica. A chat turn is
+driven by the replica holding its ``turn_lease``: a replica starting up does not take over another's running turn;
+a replica that stops leaves its running turn to the other, which recovers it from Hermes without prompting again; a
+stop accepted by the replica not driving the turn reaches the one that does.
+
+``talaria hub`` still holds the one-hub lock (ADR 0041); these tests open the replicas without it, as
+test_runner_replicas does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+import pytest
+
+from talaria.clock import SystemClock
+from talaria.hub.timings import HubTimings
+from talaria.hub.turns.turn_leases import LeaseLost, SharedTurnLeases
+from talaria.settings import Settings
+from talaria.store.open import open_store
+from talaria.store.postgres import admin
+from talaria.testing.hermes_fixture import HermesFixture
+from talaria.testing.hub_server import HubServer
+from talaria.testing.postgres_server import PostgresServer
+from tests.backends import postgres_database, raw_sql
+from tests.conftest import add_account, login
+from tests.hermes.chat_support import Stream, make_bot, messages, send, start_chat, wait_turn
+from tests.integration.runner_support import RunnerProcess, register_node
+from tests.tcp_proxy import TcpProxy
+
+pytestmark = pytest.mark.usefixtures("fast_argon2")
+
+HOLD = 120.0  # seconds before each delta of a held turn: it runs until the test lets it go
+T = TypeVar("T")
+
+
+class _NoLock:
+    def release(self) -> None:
+        pass
+
+
+@dataclass
+class Cluster:
+    url: str
+    hubs: dict[str, HubServer]
+    hermes: HermesFixture
+    runner: RunnerProcess
+    proxy: TcpProxy
+    clients: dict[str, httpx.Client]
+    conversation_id: str
+
+    timings: HubTimings | None = None
+
+    def start(self, name: str, tmp_path: Path) -> HubServer:
+        hub = HubServer(tmp_path / name, SystemClock(), database_url=self.url, timings=self.timings).start()
+        self.hubs[name] = hub
+        self.proxy.backends.append(("127.0.0.1", port_of(hub)))
+        self.clients[name] = login(hub, "alice")
+        return hub
+
+    def stop(self, name: str) -> None:
+        hub = self.hubs.pop(name)
+        self.clients.pop(name).close()
+        self.proxy.backends.remove(("127.0.0.1", port_of(hub)))
+        hub.stop()
+
+    def holder(self, turn_id: str) -> str | None:
+        """The hub (by name) holding the turn's lease now."""
+        rows = raw_sql(Settings(database_url=self.url), "SELECT holder FROM turn_lease WHERE turn_id = ?", turn_id)
+        ids = {hub.hub.replica.id: name for name, hub in self.hubs.items() if hub.hub.replica is not None}
+        return ids.get(rows[0]["holder"]) if rows and rows[0]["holder"] else None
+
+    def held_turn(self, via: str, text: str) -> str:
+        """A turn sent through hub ``via`` whose Hermes run holds before its first delta, once it runs."""
+        self.hermes.delta_delay_for(text, HOLD)
+        sent = send(self.clients[via], self.conversation_id, text)
+        assert sent.status_code == 202, sent.text
+        turn_id: str = sent.json()["turn"]["id"]
+        self.hermes.wait_for(lambda: self.hermes.prompt_count(text) == 1, timeout=30)
+        settings = Settings(database_url=self.url)
+        until(
+            lambda: (
+                raw_sql(settings, "SELECT 1 FROM chat_turn WHERE id = ? AND submit_state = 'submitted'", turn_id)
+                or None
+            )
+        )
+        return turn_id
+
+
+def port_of(hub: HubServer) -> int:
+    return int(hub.url.rsplit(":", 1)[1])
+
+
+def until(found: Callable[[], T | None], timeout: float = 30.0) -> T:
+    deadline = time.monotonic() + timeout
+    while (value := found()) is None:
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+    return value
+
+
+@contextmanager
+def cluster(
+    server: PostgresServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    names: tuple[str, ...] = ("a", "b"),
+    timings: HubTimings | None = None,
+) -> Iterator[Cluster]:
+    monkeypatch.setattr(admin, "single_hub_lock", lambda url: _NoLock())
+    with HermesFixture() as hermes, postgres_database(server, migrated=True) as url:
+        proxy = TcpProxy([]).start()
+        made = Cluster(url, {}, hermes, None, proxy, {}, "", timings)  # type: ignore[arg-type]
+        try:
+            first = HubServer(tmp_path / names[0], SystemClock(), database_url=url, timings=timings).start()
+            add_account(first, "alice", allowed_profiles={"local": ["default"]})
+            made.hubs[names[0]] = first
+            proxy.backends.append(("127.0.0.1", port_of(first)))
+            made.clients[names[0]] = login(first, "alice")
+            for name in names[1:]:
+                made.start(name, tmp_path)
+            path = register_node(first, tmp_path / "node", hermes_url=hermes.url, session_token=hermes.session_token,
+                                 serverURL=proxy.url)  # fmt: skip
+            made.runner = RunnerProcess(path, tmp_path / "logs", "runner")
+            made.runner.wait_for("runner connected")
+            made.conversation_id = start_chat(made.clients[names[0]], make_bot(made.clients[names[0]]))
+            yield made
+        finally:
+            if made.runner is not None:
+                made.runner.close()
+            for client in made.clients.values():
+                client.close()
+            for hub in made.hubs.values():
+                hub.stop()
+            proxy.stop()
+
+
+def test_a_replica_starting_up_leaves_the_running_turn_of_another_alone(
+    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with cluster(postgres_server, tmp_path, monkeypatch, names=("a",)) as both:
+        turn_id = both.held_turn("a", "hold while b starts")
+        stream = Stream(both.clients["a"], both.conversation_id)
+        b = both.start("b", tmp_path)
+        until(lambda: b.hub.chat_engine.scans or None)  # its first scan: the one that recovers a restart's turns
+        assert both.holder(turn_id) == "a"
+        both.hermes.delta_delay_for("hold while b starts", 0)
+        done = wait_turn(both.clients["b"], both.conversation_id, turn_id, timeout=30)
+        assert done["state"] == "completed", done
+        kinds = [kind for _, kind, data in stream.of_turn(turn_id)]
+        assert "turn.recovering" not in kinds, kinds
+        [reply] = [m for m in messages(both.clients["b"], both.conversation_id) if m["role"] == "assistant"]
+        assert reply["recovered"] is False
+        assert both.hermes.prompt_count("hold while b starts") == 1
+        stream.close()
+
+
+def test_a_replica_that_stops_leaves_its_running_turn_to_the_other_which_recovers_it_without_a_new_prompt(
+    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with cluster(postgres_server, tmp_path, monkeypatch) as both:
+        turn_id = both.held_turn("a", "hold while its driver stops")
+        driver = until(lambda: both.holder(turn_id))
+        other = "b" if driver == "a" else "a"
+        both.stop(driver)
+        both.hermes.delta_delay_for("hold while its driver stops", 0)
+        done = wait_turn(both.clients[other], both.conversation_id, turn_id, timeout=60)
+        assert done["state"] == "completed", done
+        [reply] = [m for m in messages(both.clients[other], both.conversation_id) if m["role"] == "assistant"]
+        assert reply["recovered"] is True
+        assert both.hermes.prompt_count("hold while its driver stops") == 1
+        assert raw_sql(Settings(database_url=both.url), "SELECT * FROM turn_lease WHERE turn_id = ?", turn_id) == []
+
+
+def test_a_stop_accepted_by_the_replica_not_driving_the_turn_interrupts_it(
+    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with cluster(postgres_server, tmp_path, monkeypatch) as both:
+        turn_id = both.held_turn("a", "hold until stopped elsewhere")
+        driver = until(lambda: both.holder(turn_id))
+        other = "b" if driver == "a" else "a"
+        answer = both.clients[other].post(f"/api/conversations/{both.conversation_id}/turns/{turn_id}/stop")
+        assert answer.status_code == 202, answer.text
+        done = wait_turn(both.clients[other], both.conversation_id, turn_id, timeout=15)
+        assert (done["state"], done["code"]) == ("interrupted", "stopped"), done
+        interrupts = both.hermes.rpc_requests("session.interrupt")
+        assert interrupts, "the driving replica interrupted the Hermes session"
+        both.hermes.delta_delay_for("hold until stopped elsewhere", 0)
+
+
+def test_a_replica_whose_turn_lease_was_taken_stops_driving_the_turn_without_a_write_or_an_interrupt(
+    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    timings = HubTimings(turn_lease_renew_s=0.2)
+    with cluster(postgres_server, tmp_path, monkeypatch, timings=timings) as both:
+        turn_id = both.held_turn("a", "hold while its lease moves")
+        driver = both.hubs[until(lambda: both.holder(turn_id))]
+        settings = Settings(database_url=both.url)
+        before = raw_sql(settings, "SELECT * FROM chat_turn WHERE id = ?", turn_id)
+        # as if another live replica had taken the lease: its counter moved on
+        now = SystemClock().now_ms()
+        raw_sql(settings, "INSERT INTO hub_replica VALUES ('rep_other', 'test', 'digest', ?, ?)", now, now)
+        raw_sql(settings, "UPDATE turn_lease SET holder = 'rep_other', counter = counter + 1, expires_at = ? "
+                "WHERE turn_id = ?", now + 60_000, turn_id)  # fmt: skip
+        until(lambda: turn_id not in driver.hub.chat_engine.running or None)
+        after = raw_sql(settings, "SELECT * FROM chat_turn WHERE id = ?", turn_id)
+        assert {k: v for k, v in after[0].items() if v != before[0][k]} == {}, "nothing written"
+        assert both.hermes.rpc_requests("session.interrupt") == [], "the session left running for its new driver"
+        raw_sql(settings, "DELETE FROM hub_replica WHERE id = 'rep_other'")  # it died: the turn is taken again
+        both.hermes.delta_delay_for("hold while its lease moves", 0)
+        done = wait_turn(both.clients["a"], both.conversation_id, turn_id, timeout=60)
+        assert done["state"] == "completed", done
+        [reply] = [m for m in messages(both.clients["a"], both.conversation_id) if m["role"] == "assistant"]
+        assert reply["recovered"] is True
+        assert both.hermes.prompt_count("hold while its lease moves") == 1
+
+
+def test_a_turn_lease_is_taken_once_fenced_and_taken_over_from_a_replica_no_longer_live(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    with postgres_database(postgres_server, migrated=True) as url:
+        store = open_store(Settings(data_dir=tmp_path, database_url=url))
+        try:
+            now = SystemClock().now_ms()
+            for replica in ("rep_one", "rep_two"):
+                raw_sql(Settings(database_url=url), "INSERT INTO hub_replica VALUES (?, 'test', 'digest', ?, ?)",
+                        replica, now, now)  # fmt: skip
+            one, two = SharedTurnLeases(store, "rep_one"), SharedTurnLeases(store, "rep_two")
+            token = one.take("turn_1", unstarted=True, first_scan=False)
+            assert token == 1
+            assert two.take("turn_1", unstarted=True, first_scan=False) is None, "held by a live replica"
+            assert two.elsewhere() == {"turn_1"} and one.elsewhere() == set()
+            with store.write() as tx:
+                one.check(tx, "turn_1", token)
+            assert one.renew({"turn_1": token}) == set()
+            raw_sql(Settings(database_url=url), "UPDATE hub_replica SET renewed_at = ? WHERE id = 'rep_one'",
+                    now - 20_001)  # fmt: skip
+            assert two.take("turn_1", unstarted=False, first_scan=False) == 2, "rep_one is no longer live"
+            with pytest.raises(LeaseLost), store.write() as tx:
+                one.check(tx, "turn_1", token)
+            assert one.renew({"turn_1": token}) == {"turn_1"}
+            one.release("turn_1", token)  # not its own any more: nothing changes
+            rows = raw_sql(Settings(database_url=url), "SELECT holder, counter FROM turn_lease")
+            assert rows == [{"holder": "rep_two", "counter": 2}]
+            two.release("turn_1", 2)  # the turn is unknown, so it has ended: the row goes
+            assert raw_sql(Settings(database_url=url), "SELECT * FROM turn_lease") == []
+        finally:
+            store.close()

@@ -197,6 +197,14 @@ class StoreUnavailable(TalariaError):
         super().__init__("store_unavailable", message, headers={"Retry-After": "1"})
 
 
+class StoreConflict(StoreUnavailable):
+    """PostgreSQL gave up the transaction for a concurrent one (40001 serialization failure, 40P01 deadlock): it
+    rolled back and may simply be run again (scale.md 2.3: retried 3 times, then 503)."""
+
+
+RETRIED_CONFLICTS = 3  # attempts of a write that keeps meeting StoreConflict before its 503
+
+
 class SettingsError(Exception):
     """A broken hub setting; the message names the key. Raised before any socket is bound."""
 

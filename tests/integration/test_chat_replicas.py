@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -58,8 +58,9 @@ class Cluster:
 
     timings: HubTimings | None = None
 
-    def start(self, name: str, tmp_path: Path) -> HubServer:
-        hub = HubServer(tmp_path / name, SystemClock(), database_url=self.url, timings=self.timings).start()
+    def start(self, name: str, tmp_path: Path, timings: HubTimings | None = None, **settings: Any) -> HubServer:
+        hub = HubServer(tmp_path / name, SystemClock(), database_url=self.url, timings=timings or self.timings,
+                        **settings).start()  # fmt: skip
         self.hubs[name] = hub
         self.proxy.backends.append(("127.0.0.1", port_of(hub)))
         self.clients[name] = login(hub, "alice")
@@ -113,19 +114,20 @@ def cluster(
     monkeypatch: pytest.MonkeyPatch,
     names: tuple[str, ...] = ("a", "b"),
     timings: HubTimings | None = None,
+    **settings: Any,
 ) -> Iterator[Cluster]:
     monkeypatch.setattr(admin, "single_hub_lock", lambda url: _NoLock())
     with HermesFixture() as hermes, postgres_database(server, migrated=True) as url:
         proxy = TcpProxy([]).start()
         made = Cluster(url, {}, hermes, None, proxy, {}, "", timings)  # type: ignore[arg-type]
         try:
-            first = HubServer(tmp_path / names[0], SystemClock(), database_url=url, timings=timings).start()
+            first = HubServer(tmp_path / names[0], SystemClock(), database_url=url, timings=timings, **settings).start()
             add_account(first, "alice", allowed_profiles={"local": ["default"]})
             made.hubs[names[0]] = first
             proxy.backends.append(("127.0.0.1", port_of(first)))
             made.clients[names[0]] = login(first, "alice")
             for name in names[1:]:
-                made.start(name, tmp_path)
+                made.start(name, tmp_path, **settings)
             path = register_node(first, tmp_path / "node", hermes_url=hermes.url, session_token=hermes.session_token,
                                  serverURL=proxy.url)  # fmt: skip
             made.runner = RunnerProcess(path, tmp_path / "logs", "runner")
@@ -220,6 +222,63 @@ def test_a_replica_whose_turn_lease_was_taken_stops_driving_the_turn_without_a_w
         [reply] = [m for m in messages(both.clients["a"], both.conversation_id) if m["role"] == "assistant"]
         assert reply["recovered"] is True
         assert both.hermes.prompt_count("hold while its lease moves") == 1
+
+
+def test_chat_per_runner_holds_across_replicas(
+    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a scans only when woken (its own acceptances and ends): the second turn, accepted by b, is b's to drive
+    quiet = HubTimings(dispatcher_scan_s=3600)
+    with cluster(postgres_server, tmp_path, monkeypatch, names=("a",), timings=quiet, chat_per_runner=1) as both:
+        first = both.held_turn("a", "hold the only chat slot")
+        both.start("b", tmp_path, timings=HubTimings(), chat_per_runner=1)
+        other = start_chat(both.clients["b"], make_bot(both.clients["b"], name="Second"))
+        sent = send(both.clients["b"], other, "wait for the slot")
+        assert sent.status_code == 202, sent.text
+        second = sent.json()["turn"]["id"]
+        waiting = until(lambda: turn_waiting(both.clients["b"], other, second))
+        assert waiting.endswith(": busy"), waiting
+        assert both.holder(second) == "b" and both.holder(first) == "a"
+        assert both.hermes.prompt_count("wait for the slot") == 0
+        both.hermes.delta_delay_for("hold the only chat slot", 0)
+        assert wait_turn(both.clients["a"], both.conversation_id, first, timeout=30)["state"] == "completed"
+        assert wait_turn(both.clients["b"], other, second, timeout=30)["state"] == "completed"
+        assert both.hermes.prompt_count("wait for the slot") == 1
+
+
+def test_dispatcher_per_runner_holds_across_replicas(
+    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with cluster(postgres_server, tmp_path, monkeypatch, dispatcher_per_runner=1) as both:
+        add_account(both.hubs["a"], "bob", "admin", allowed_profiles={"local": ["default"]})
+        alice, bob = both.clients["a"], login(both.hubs["b"], "bob")
+        both.hermes.delta_delay_for("held job", HOLD)
+        jobs = []
+        for n in (1, 2):
+            task = alice.post("/api/tasks", json={"title": f"job {n}", "prompt": f"held job {n}", "cell": "local",
+                                                  "profile": "default"}).json()["task"]  # fmt: skip
+            assert alice.post(f"/api/tasks/{task['id']}/submit").status_code == 200
+            approved = bob.post(f"/api/tasks/{task['id']}/approve")
+            assert approved.status_code == 200, approved.text
+            jobs.append(approved.json()["job"]["id"])
+        both.hermes.wait_for(lambda: both.hermes.prompt_count("held job") == 1, timeout=30)
+        dispatchers = [hub.hub.dispatcher for hub in both.hubs.values()]
+        seen = [d.scans for d in dispatchers]
+        until(lambda: all(d.scans >= s + 3 for d, s in zip(dispatchers, seen, strict=True)) or None)
+        assert both.hermes.prompt_count("held job") == 1, "each replica's dispatcher scanned: the runner's one slot"
+        states = sorted(bob.get(f"/api/jobs/{job_id}").json()["job"]["state"] for job_id in jobs)
+        assert states == ["QUEUED", "RUNNING"], states
+        both.hermes.delta_delay_for("held job", 0)
+        for job_id in jobs:
+            until(lambda j=job_id: bob.get(f"/api/jobs/{j}").json()["job"]["state"] == "SUCCEEDED" or None, 60)
+        assert both.hermes.prompt_count("held job") == 2
+        bob.close()
+
+
+def turn_waiting(client: httpx.Client, conversation_id: str, turn_id: str) -> str | None:
+    turn = client.get(f"/api/conversations/{conversation_id}/turns/{turn_id}").json()["turn"]
+    reason: str | None = turn["waitingReason"]
+    return reason
 
 
 def test_a_turn_lease_is_taken_once_fenced_and_taken_over_from_a_replica_no_longer_live(

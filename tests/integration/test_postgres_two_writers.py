@@ -11,42 +11,31 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from talaria.accounts.service import Account, Accounts
+from talaria.accounts.service import Accounts
 from talaria.chat.bots import Bots
-from talaria.chat.conversations import Conversations
 from talaria.chat.turn_writes import NewMessage, store_message
-from talaria.chat.turns import ChatTurns
 from talaria.clock import ManualClock
 from talaria.errors import TalariaError
+from talaria.hub.dispatch.job_turns import JobTurn, JobTurns, TurnMoveRefused
 from talaria.hub.runners.registry import RunnerRegistry, parse_registration
 from talaria.lifecycle.actor import Actor
 from talaria.lifecycle.audit_key import AuditKey
+from talaria.lifecycle.binding import Binding
 from talaria.lifecycle.engine import Engine
 from talaria.settings import Settings
 from talaria.store.postgres.store import PostgresStore
 from talaria.testing.postgres_server import PostgresServer
 from tests.backends import postgres_database
 from tests.conftest import PASSWORD
+from tests.integration.writers_support import Writers, accept, chat_turns, seed_conversations
 
 pytestmark = pytest.mark.usefixtures("fast_argon2")
-
-
-@dataclass
-class Writers:
-    url: str
-    a: PostgresStore
-    b: PostgresStore
-    clock: ManualClock
-
-    def __iter__(self) -> Iterator[PostgresStore]:
-        return iter((self.a, self.b))
 
 
 @pytest.fixture
@@ -128,19 +117,6 @@ def test_a_concurrent_registration_of_one_source_answers_runner_source_in_use(wr
     assert isinstance(refused, TalariaError) and refused.code == "runner_source_in_use", refused
 
 
-def seed_conversations(store: PostgresStore, *ids: str) -> None:
-    """Account ``uma``, her bot, and conversations ``ids``."""
-    with store.write() as tx:
-        tx.run("tenant_ensure", name="default", now=1)
-        tx.run("account_insert", username="uma", tenant="default", role="user", password_hash="-",
-               allowed_profiles="{}", can_manage_team=0, now=1)  # fmt: skip
-        tx.run("bot_insert", id="bot_01TEST", tenant="default", owner="uma", name="Helper", name_key="helper",
-               source="local", profile="default", instructions="", now=1)  # fmt: skip
-        for conversation in ids:
-            tx.run("chat_conversation_insert", id=conversation, tenant="default", owner="uma", bot_id="bot_01TEST",
-                   title="t", title_set=0, now=1)  # fmt: skip
-
-
 def test_messages_stored_concurrently_in_one_conversation_take_the_next_ordinals(writers: Writers) -> None:
     seed_conversations(writers.a, "cnv_01TEST")
 
@@ -151,22 +127,6 @@ def test_messages_stored_concurrently_in_one_conversation_take_the_next_ordinals
 
     first, second = interleaved(writers, lambda: store(writers.a, "one"), lambda: store(writers.b, "two"))
     assert (first, second) == (1, 2)
-
-
-def chat_turns(writers: Writers, store: PostgresStore, tmp_path: Path, **settings: Any) -> ChatTurns:
-    def allowed(account: Account, source: str, profile: str) -> bool:
-        return True
-
-    key = AuditKey.load(store, tmp_path, writers.clock.now_ms())
-    conversations = Conversations(store, writers.clock, allowed)
-    return ChatTurns(store, writers.clock, key, allowed, conversations, Settings(data_dir=tmp_path, **settings))
-
-
-def accept(turns: ChatTurns, conversation_id: str, text: str) -> str:
-    account = Accounts(turns.store, turns.clock).get("uma")
-    assert account is not None
-    body = {"text": text}
-    return turns.accept(account, conversation_id, text=text, body=body, key=None).turn.id
 
 
 @pytest.mark.parametrize(
@@ -224,3 +184,97 @@ def test_a_concurrent_dispatch_of_one_task_answers_not_approved(writers: Writers
     )
     assert not isinstance(first, TalariaError), first
     assert isinstance(second, TalariaError) and second.code == "not_approved", second
+
+
+def test_two_concurrent_stops_of_a_running_turn_both_answer_with_the_stop_requested(
+    writers: Writers, tmp_path: Path
+) -> None:
+    seed_conversations(writers.a, "cnv_01A")
+    a, b = chat_turns(writers, writers.a, tmp_path / "a"), chat_turns(writers, writers.b, tmp_path / "b")
+    turn_id = accept(a, "cnv_01A", "one")
+    with writers.a.write() as tx:  # as the engine's submit record left it
+        tx.script(f"UPDATE chat_turn SET state = 'running', revision = revision + 1 WHERE id = '{turn_id}'")
+    account = Accounts(writers.a, writers.clock).get("uma")
+    assert account is not None
+    first, second = interleaved(
+        writers, lambda: a.stop(account, "cnv_01A", turn_id), lambda: b.stop(account, "cnv_01A", turn_id)
+    )
+    for outcome in (first, second):
+        assert not isinstance(outcome, TalariaError), outcome
+        turn, ended = outcome
+        assert (turn.state, turn.stop_requested, ended) == ("running", True, None)
+
+
+def test_two_admins_demoted_at_once_leave_one_the_second_answers_last_admin(writers: Writers) -> None:
+    a, b = Accounts(writers.a, writers.clock), Accounts(writers.b, writers.clock)
+    with writers.a.write() as tx:
+        tx.run("tenant_ensure", name="default", now=1)
+    for name in ("ada", "bob"):
+        a.create(username=name, password=PASSWORD, role="admin")
+    first, second = interleaved(
+        writers,
+        lambda: a.update("ada", "default", {"role": "user"}),
+        lambda: b.update("bob", "default", {"enabled": False}),
+    )
+    assert not isinstance(first, TalariaError), first
+    assert isinstance(second, TalariaError) and (second.code, second.status) == ("last_admin", 409), second
+    bob = a.get("bob")
+    assert bob is not None and (bob.role, bob.enabled) == ("admin", True)
+
+
+def test_a_job_turn_recorded_or_finished_by_two_writers_keeps_the_first(writers: Writers) -> None:
+    a, b = JobTurns(writers.a, writers.clock), JobTurns(writers.b, writers.clock)
+    turn = JobTurn(job_id="job_01TEST", tenant="default", attempt=1, runner_id="r1", profile="default",
+                   stored_session_id=None, marker="[m]", state="submitting")  # fmt: skip
+
+    def begin(turns: JobTurns) -> TurnMoveRefused | None:
+        try:
+            turns.begin(turn)
+        except TurnMoveRefused as exc:
+            return exc
+        return None
+
+    made, refused = interleaved(writers, lambda: begin(a), lambda: begin(b))
+    assert made is None and isinstance(refused, TurnMoveRefused), (made, refused)
+    first, second = interleaved(
+        writers,
+        lambda: a.finish("job_01TEST", "complete", "the reply", "s1"),
+        lambda: b.finish("job_01TEST", "interrupted", None, None),
+    )
+    assert (first, second) == (None, None)
+    recorded = a.get("job_01TEST")
+    assert recorded is not None and (recorded.state, recorded.outcome, recorded.reply) == ("finished", "complete",
+                                                                                          "the reply")  # fmt: skip
+
+
+def test_two_reapers_share_the_due_leases_without_waiting_for_each_other(writers: Writers, tmp_path: Path) -> None:
+    a, b = (Engine(store, writers.clock, Settings(data_dir=tmp_path)) for store in writers)
+    with writers.a.write() as tx:
+        tx.run("tenant_ensure", name="default", now=1)
+    author = Actor("acct:default/alice", frozenset(), "web", "default")
+    admin = Actor("acct:default/bob", frozenset({"platform_admin"}), "web", "default")
+    worker = Actor("worker-1", frozenset({"runtime"}), "trusted_proxy", "default")
+    for n in range(3):
+        task = a.create_task(author, tenant="default", title=f"t{n}", spec={"prompt": "hi"}, cell="local",
+                             profile="default", trace="a" * 32)  # fmt: skip
+        a.submit_task(author, tenant="default", task_id=task.id)
+        task, dispatch, job = a.approve_and_dispatch(admin, tenant="default", task_id=task.id)
+        binding = Binding("default", task.id, task.trace, "worker-1", dispatch.provenance, dispatch.run_id,
+                          dispatch.id, job.id, "local", "default")  # fmt: skip
+        a.claim(worker, job_id=job.id, binding=binding, worker_instance="w1")
+    writers.clock.advance(3600)  # every lease is due
+    held = HeldAtCommit()
+    writers.a.fault_hook = held
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(a.expire_due)
+        assert held.reached.wait(20), "the first reaper never reached COMMIT"
+        writers.a.fault_hook = None
+        second = pool.submit(b.expire_due)
+        try:
+            # the first still holds its batch: the second skips those rows instead of waiting for them
+            assert second.result(20) == 0
+        finally:
+            held.go.set()
+        assert first.result(20) == 3
+    with writers.a.read() as tx:
+        assert [row["state"] for row in tx.all("job_due", now=writers.clock.now_ms(), limit=10)] == []

@@ -24,11 +24,12 @@ from talaria.errors import TalariaError
 from talaria.hub.runners.channels import ToolKind
 from talaria.hub.runners.connection_state import AccountRef, Gateway, Grant, ToolExecutor
 from talaria.hub.runners.shared_connections import SharedRunnerHub
+from talaria.settings import Settings
 from talaria.store.postgres import admin
 from talaria.testing.hub_server import HubServer
 from talaria.testing.postgres_server import PostgresServer
 from tests.backends import postgres_database, raw_sql
-from tests.conftest import PASSWORD
+from tests.conftest import PASSWORD, add_account, login
 from tests.integration.runner_support import (
     Machine,
     admin_of,
@@ -363,3 +364,30 @@ def test_a_grant_closed_by_its_owner_refuses_calls_on_the_other_replica(pair: Pa
     assert outcome(pair.a, closed) is None
     assert_machine_error(pair.on_b.post("tool", call(grant, "c1")), 410, "runner_grant_expired")
     assert tools.ran == []
+
+
+def test_the_reapers_attachment_sweep_is_the_maintenance_replicas_alone(pair: Pair, clock: ManualClock) -> None:
+    a, b = pair.a, pair.b
+    assert a.hub.replica is not None and b.hub.replica is not None
+    assert a.hub.replica.holds("maintenance") and not b.hub.replica.holds("maintenance")
+    add_account(a, "uma", allowed_profiles={"local": ["default"]})
+    uma = login(b, "uma")
+    bot = uma.post("/api/bots", json={"name": "Helper", "source": "local", "profile": "default"})
+    assert bot.status_code == 201, bot.text
+    made = uma.post("/api/conversations", json={"botId": bot.json()["bot"]["id"]})
+    conversation_id = made.json()["conversation"]["id"]
+    upload = uma.post(f"/api/conversations/{conversation_id}/attachments", content=b"notes",
+                      params={"name": "notes.txt"}, headers={"Content-Type": "text/plain"})  # fmt: skip
+    assert upload.status_code == 201, upload.text
+    settings = Settings(database_url=pair.a.settings.database_url)
+
+    def state() -> str:
+        [row] = raw_sql(settings, "SELECT state FROM chat_attachment")
+        return str(row["state"])
+
+    clock.advance(3600.001)
+    b.hub.tick()
+    assert state() == "uploaded", "not the maintenance replica: its reaper leaves the table-wide sweep"
+    a.hub.tick()
+    assert state() == "expired"
+    uma.close()

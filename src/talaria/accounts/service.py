@@ -108,6 +108,13 @@ class Accounts:
             row = tx.one("account_get", username=username)
         return str(row["password_hash"]) if row else None
 
+    def credentials(self, username: str) -> tuple[Account, str] | None:
+        """The account and its password hash, read together: a session made after checking that hash is made
+        for this ``auth_version`` only (``WebSessions.create``)."""
+        with self.store.read() as tx:
+            row = tx.one("account_get", username=username)
+        return (Account.from_row(row), str(row["password_hash"])) if row else None
+
     def list(self, tenant: str, *, limit: int, cursor: tuple[int, str] | None) -> list[Account]:
         with self.store.read() as tx:
             rows = tx.all(
@@ -126,6 +133,7 @@ class Accounts:
         password, role or enablement ends the account's sessions, all but ``keep_session_hash`` if given."""
         new_hash = hash_password(check_password(changes["password"])) if "password" in changes else None
         with self.store.write() as tx:
+            tx.run("tenant_lock", name=tenant)  # first: the last-admin rule counts the tenant's other admins
             row = tx.one("account_get", username=username)
             if row is None or row["tenant"] != tenant:
                 raise TalariaError("not_found", "no such account")

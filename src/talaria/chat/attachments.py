@@ -110,7 +110,7 @@ class Attachments:
         with self.store.write() as tx:
             tx.run("account_lock", username=account.username)  # uploads, removals and sends one at a time
             self.conversations.visible(tx, account, conversation_id)
-            self._sweep(tx, now)
+            expire_of(tx, conversation_id, now)
             unsent = tx.one("chat_attachment_unsent_count", conversation_id=conversation_id)
             if unsent is not None and int(unsent["n"]) >= MAX_UNSENT_ATTACHMENTS:
                 raise TalariaError("attachment_limit", f"at most {MAX_UNSENT_ATTACHMENTS} unsent attachments; send or "
@@ -126,19 +126,24 @@ class Attachments:
         with self.store.write() as tx:
             tx.run("account_lock", username=account.username)
             self.conversations.visible(tx, account, conversation_id)
-            self._sweep(tx, self.clock.now_ms())
+            expire_of(tx, conversation_id, self.clock.now_ms())
             found = get(tx, conversation_id, attachment_id)
             if found.state != "uploaded":
                 raise TalariaError("attachment_used", "this attachment is already in a message")
             tx.run("chat_attachment_delete", id=attachment_id)
 
     def sweep(self) -> None:
-        """Uploads unused for ``ATTACHMENT_UNUSED_S`` expire (the reaper's tick)."""
+        """Uploads unused for ``ATTACHMENT_UNUSED_S`` expire, in every conversation (the reaper's tick; on
+        PostgreSQL only the replica holding ``maintenance`` runs it)."""
+        now = self.clock.now_ms()
         with self.store.write() as tx:
-            self._sweep(tx, self.clock.now_ms())
+            tx.run("chat_attachment_expire", before=now - ATTACHMENT_UNUSED_S * 1000, now=now)
 
-    def _sweep(self, tx: Tx, now: int) -> None:
-        tx.run("chat_attachment_expire", before=now - ATTACHMENT_UNUSED_S * 1000, now=now)
+
+def expire_of(tx: Tx, conversation_id: str, now_ms: int) -> None:
+    """The conversation's uploads unused for ``ATTACHMENT_UNUSED_S`` expire (its rows only: no lock on others')."""
+    tx.run("chat_attachment_expire_of", conversation_id=conversation_id, before=now_ms - ATTACHMENT_UNUSED_S * 1000,
+           now=now_ms)  # fmt: skip
 
 
 def get(tx: Tx, conversation_id: str, attachment_id: str) -> Attachment:
@@ -151,7 +156,7 @@ def get(tx: Tx, conversation_id: str, attachment_id: str) -> Attachment:
 
 def attach(tx: Tx, conversation_id: str, ids: list[str], message_id: str, now_ms: int) -> list[Attachment]:
     """Put uploaded attachments in the accepted user message (404 unknown, 409 ``attachment_used``)."""
-    tx.run("chat_attachment_expire", before=now_ms - ATTACHMENT_UNUSED_S * 1000, now=now_ms)
+    expire_of(tx, conversation_id, now_ms)
     found = [get(tx, conversation_id, attachment_id) for attachment_id in ids]
     for attachment in found:
         if attachment.state != "uploaded":

@@ -67,6 +67,16 @@ def get_turn(tx: Tx, turn_id: str) -> ChatTurn:
     return ChatTurn.from_row(row)
 
 
+def lock_turn(tx: Tx, turn_id: str) -> ChatTurn:
+    """The turn, read in a write transaction that will change it: its conversation's row and then its own are held
+    until the transaction ends (another replica's writer of the turn waits, then reads what this one wrote)."""
+    turn = get_turn(tx, turn_id)
+    tx.run("chat_conversation_lock", id=turn.conversation_id)
+    row = tx.one("chat_turn_lock", id=turn_id)
+    assert row is not None  # turns are never deleted
+    return ChatTurn.from_row(row)
+
+
 def set_turn(tx: Tx, turn: ChatTurn, now_ms: int, **changes: Any) -> ChatTurn:
     """Write ``changes`` to ``turn`` if it is still at the revision read (else 503 ``store_unavailable``: it
     changed meanwhile, and the caller's transaction rolls back)."""

@@ -25,7 +25,7 @@ from talaria.chat.attachments import attachment_json
 from talaria.chat.bots import Allowed, owner_actor, require_allowed
 from talaria.chat.conversations import Conversation, Conversations
 from talaria.chat.records import LIVE, ChatMessage, ChatTurn, message_json, turn_json
-from talaria.chat.turn_writes import Ended, NewMessage, end_turn, set_turn, store_message
+from talaria.chat.turn_writes import Ended, NewMessage, end_turn, lock_turn, set_turn, store_message
 from talaria.clock import Clock
 from talaria.errors import TalariaError
 from talaria.ids import mint
@@ -169,7 +169,7 @@ class ChatTurns:
         now = self.clock.now_ms()
         with self.store.write() as tx:
             self.conversations.visible(tx, account, conversation_id)
-            turn = self._get(tx, account, conversation_id, turn_id)
+            turn = lock_turn(tx, self._get(tx, account, conversation_id, turn_id).id)
             if turn.ended:
                 raise TalariaError("turn_finished", "this turn has already ended")
             if turn.state in ("queued", "pending"):

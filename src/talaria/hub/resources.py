@@ -28,6 +28,7 @@ from talaria.hub.runners.channels import Channels
 from talaria.hub.runners.connections import RunnerHub
 from talaria.hub.runners.registry import RunnerRegistry
 from talaria.hub.runners.shared_connections import SharedRunnerHub
+from talaria.hub.runners.slots import SharedSlots
 from talaria.hub.runners.transport import RunnerTransport
 from talaria.hub.runners.validity import Validity
 from talaria.hub.runtime.security_events import SecurityEvents
@@ -92,7 +93,8 @@ class Hub:
         self.engine.expire_due()
         self.sessions.prune()
         self.chat_events.prune()
-        self.chat_attachments.sweep()
+        if self.replica is None or self.replica.holds("maintenance"):  # table-wide: one replica does it
+            self.chat_attachments.sweep()
 
 
 def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None) -> Hub:
@@ -132,6 +134,7 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
     dispatcher = Dispatcher(
         engine=engine, store=store, clock=clock, settings=settings, registry=registry, runners=runners,
         driver=TurnDriver(channels, registry, clock, grant_renew_s=timings.grant_renew_s), timings=timings,
+        slots=SharedSlots(store, clock, "dispatch") if store.dialect == "postgresql" else None,
     )  # fmt: skip
     engine.add_listener(dispatcher.on_signal)
     bot_access = BotAccess(registry, runners)
@@ -147,7 +150,8 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
     shared_turns: dict[str, Any] = {}
     if store.dialect == "postgresql":  # which replica drives each chat turn (scale.md 4.3)
         shared_turns = {"leases": SharedTurnLeases(store, replica.id, renew_s=timings.turn_lease_renew_s),
-                        "signals": signals_of(store, listen=settings.database_listen)}  # fmt: skip
+                        "signals": signals_of(store, listen=settings.database_listen),
+                        "slots": SharedSlots(store, clock, "chat")}  # fmt: skip
     chat_engine = ChatEngine(
         store=store, clock=clock, settings=settings, key=audit_key, accounts=accounts, allowed=bot_access.allowed,
         registry=registry, runners=runners, driver=TurnDriver(channels, registry, clock), events=chat_events,

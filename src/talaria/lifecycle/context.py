@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from talaria.clock import Clock
-from talaria.errors import TalariaError
+from talaria.errors import RETRIED_CONFLICTS, StoreConflict, TalariaError
 from talaria.settings import Settings
 from talaria.store.interface import Store, Tx
 
@@ -46,13 +46,19 @@ class Context:
         self.listeners: list[Listener] = []
 
     def write(self, fn: Callable[[Tx, int, Signals], T | Refusal]) -> T:
-        """Run ``fn(tx, now_ms, signals)`` in one write transaction; raise a Refusal after COMMIT."""
-        for _ in range(3):
+        """Run ``fn(tx, now_ms, signals)`` in one write transaction; raise a Refusal after COMMIT. A row that
+        changed under a conditional update, or a transaction PostgreSQL gave up for a concurrent one (40001, 40P01),
+        runs ``fn`` again, at most 3 times in all (then 500, or 503 ``store_unavailable``)."""
+        for attempt in range(1, RETRIED_CONFLICTS + 1):
             signals: Signals = []
             try:
                 with self.store.write() as tx:
                     out = fn(tx, self.clock.now_ms(), signals)
             except RowChanged:
+                continue
+            except StoreConflict:
+                if attempt == RETRIED_CONFLICTS:
+                    raise
                 continue
             if signals:
                 self._emit(signals)

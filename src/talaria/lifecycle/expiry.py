@@ -94,7 +94,7 @@ def expire(
 
 
 def expire_all_due(tx: Tx, now: int, *, actor: Actor, reason: str, limit: int, signals: Signals) -> int:
-    rows = tx.all("job_due", now=now, limit=limit)
+    rows = tx.all("job_due_lock", now=now, limit=limit)
     for row in rows:
         expire(tx, now, Job.from_row(row), None, actor=actor, reason=reason, signals=signals)
     return len(rows)

@@ -47,9 +47,9 @@ async def login(body: LoginBody, request: Request, response: Response, hub: HubD
         raise TalariaError("csrf_failed", "the Origin of this request is not the hub's")
     peer = hub.clients.of(request.scope)  # the client address: behind a trusted proxy, not the proxy
     _refuse_if_throttled(hub, body.username, peer)
-    stored = await run_in_threadpool(hub.accounts.password_hash, body.username)
-    ok = await run_in_threadpool(verify_password, stored, body.password)
-    account = await run_in_threadpool(hub.accounts.get, body.username) if ok else None
+    found = await run_in_threadpool(hub.accounts.credentials, body.username)
+    ok = await run_in_threadpool(verify_password, found[1] if found else None, body.password)
+    account = found[0] if ok and found else None
     if account is None or not account.enabled:
         hub.throttle.failed(username=body.username, peer=peer)
         raise TalariaError("invalid_credentials", "wrong username or password")

@@ -66,11 +66,13 @@ class WebSessions:
         self.secure = public_origin.startswith("https://")
 
     def create(self, account: Account) -> tuple[str, str]:
-        """A new session for ``account``: (cookie value, CSRF token)."""
+        """A new session for ``account``: (cookie value, CSRF token). Only while the account is enabled and still at
+        ``account.auth_version``: a password, role or enablement change committed since it was read (which ended
+        the account's sessions) refuses it with 401 ``invalid_credentials``."""
         session_id = secrets.token_urlsafe(32)
         csrf = secrets.token_urlsafe(32)
         with self.store.write() as tx:
-            tx.run(
+            made = tx.run(
                 "session_insert",
                 id_hash=sha256_hex(session_id),
                 username=account.username,
@@ -78,6 +80,8 @@ class WebSessions:
                 auth_version=account.auth_version,
                 now=self.clock.now_ms(),
             )
+        if made != 1:
+            raise TalariaError("invalid_credentials", "the account changed while signing in; sign in again")
         return self.signer.sign(session_id.encode()).decode(), csrf
 
     def _session_hash(self, cookie: str | None) -> str | None:

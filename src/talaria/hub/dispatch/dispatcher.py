@@ -31,6 +31,7 @@ from talaria.hub.dispatch.holder import JobFailed, Lease, LeaseHolder
 from talaria.hub.dispatch.job_turns import JobTurn, JobTurns, NextStep, next_step
 from talaria.hub.runners.connection_state import AccountRef
 from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
+from talaria.hub.runners.slots import LocalSlots, RunnerSlots
 from talaria.hub.runners.transport import RunnerTransport
 from talaria.hub.timings import HubTimings
 from talaria.hub.turns.driver import TURN_TIMEOUT, TurnDriver, TurnHooks, TurnResult
@@ -79,8 +80,10 @@ class Dispatcher:
         runners: RunnerTransport,
         driver: TurnDriver,
         timings: HubTimings | None = None,
+        slots: RunnerSlots | None = None,
     ) -> None:
         self.engine = engine
+        self.slots = slots or LocalSlots()  # dispatcher.per_runner across replicas (scale.md 3.7)
         self.store = store
         self.clock = clock
         self.settings = settings
@@ -177,7 +180,11 @@ class Dispatcher:
                     job = await asyncio.to_thread(self._next_job, record)
                     if job is None:
                         continue
-                    self._launch(record, job)
+                    limit = self.settings.dispatcher_per_runner
+                    slot = await asyncio.to_thread(self.slots.take, record.id, job.binding.job, limit)
+                    if slot is None:  # the runner's slots are held by other replicas' jobs
+                        continue
+                    self._launch(record, job, slot)
                     self._last_tenant = tenant
                     started += 1
                     free -= 1
@@ -206,10 +213,10 @@ class Dispatcher:
                     return job
         return None
 
-    def _launch(self, record: RunnerRecord, job: Discovered) -> None:
+    def _launch(self, record: RunnerRecord, job: Discovered, slot: int) -> None:
         job_id = job.binding.job
         self.per_runner[record.id] += 1
-        task = asyncio.get_running_loop().create_task(self._run_job(record, job))
+        task = asyncio.get_running_loop().create_task(self._slotted(record, job, slot))
         self.running[job_id] = task
 
         def done(_: asyncio.Task[None]) -> None:
@@ -218,6 +225,13 @@ class Dispatcher:
             self.wake()
 
         task.add_done_callback(done)
+
+    async def _slotted(self, record: RunnerRecord, job: Discovered, slot: int) -> None:
+        """Run the job in its slot of the runner, then free the slot (a cancelled run leaves it to the lease: it is
+        free once the lease it was taken under ends or expires)."""
+        await self._run_job(record, job, slot)
+        with contextlib.suppress(TalariaError):
+            await asyncio.to_thread(self.slots.free, record.id, slot, job.binding.job)
 
     # --- one job ---------------------------------------------------------------------------------------------
 
@@ -241,10 +255,12 @@ class Dispatcher:
         found = self.engine.task(binding.tenant, binding.task)
         return member_sessions.of_spec(found.task.spec) if found is not None else None
 
-    async def _run_job(self, record: RunnerRecord, job: Discovered) -> None:
+    async def _run_job(self, record: RunnerRecord, job: Discovered, slot: int) -> None:
         lease = await asyncio.to_thread(self.holder.claim, job)
         if lease is None:
             return
+        with contextlib.suppress(TalariaError):  # else the slot is taken back 30 s after it was taken
+            await asyncio.to_thread(self.slots.leased, record.id, slot, lease.job_id, lease.ref.lease_id)
         cancel = self.cancels.setdefault(lease.job_id, asyncio.Event())
         revoked = asyncio.Event()
         heartbeat: asyncio.Task[None] | None = None

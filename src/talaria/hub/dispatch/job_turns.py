@@ -109,13 +109,13 @@ class JobTurns:
         """Record the turn in state ``submitting``; raises ``TurnMoveRefused`` if the job already has one."""
         next_turn_state(None, TurnEvent.BEGIN)
         with self.store.write() as tx:
-            if tx.one("job_turn_get", job_id=turn.job_id) is not None:
-                raise TurnMoveRefused(f"job {turn.job_id} already has a recorded turn")
-            tx.run(
+            made = tx.run(
                 "job_turn_begin", job_id=turn.job_id, tenant=turn.tenant, attempt=turn.attempt,
                 runner_id=turn.runner_id, profile=turn.profile, stored_session_id=turn.stored_session_id,
                 marker=turn.marker, now=self.clock.now_ms(),
             )  # fmt: skip
+            if made != 1:  # a record of its own, or a concurrent writer's committed first
+                raise TurnMoveRefused(f"job {turn.job_id} already has a recorded turn")
 
     def submitted(self, job_id: str, stored_session_id: str | None) -> None:
         """``submitting`` → ``submitted``."""
@@ -128,7 +128,7 @@ class JobTurns:
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown turn outcome {outcome}")
         with self.store.write() as tx:
-            row = tx.one("job_turn_get", job_id=job_id)
+            row = tx.one("job_turn_lock", job_id=job_id)  # a concurrent finish waits, then keeps this outcome
             if row is None:
                 raise TurnMoveRefused(f"job {job_id} has no recorded turn")
             if row["state"] != FINISHED:

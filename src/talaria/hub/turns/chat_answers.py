@@ -111,4 +111,4 @@ class AnswerEntries(ChatContext):
             ]
 
         self._write(approval.conversation_id, write)
-        return out[0]
+        return out[-1]  # the committed try's

@@ -15,12 +15,14 @@ import structlog
 from talaria.accounts.service import Accounts
 from talaria.chat.bots import Allowed
 from talaria.chat.records import ChatTurn, approval_json, message_json, turn_json
-from talaria.chat.turn_writes import Ended, NewMessage, end_turn, get_turn
+from talaria.chat.turn_writes import Ended, NewMessage, end_turn, get_turn, lock_turn
 from talaria.chat.usage import public as public_usage
 from talaria.chat.usage import turn_usage
 from talaria.clock import Clock
+from talaria.errors import RETRIED_CONFLICTS, StoreConflict
 from talaria.hub.chat.events import ChatEvents
 from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
+from talaria.hub.runners.slots import LocalSlots, RunnerSlots
 from talaria.hub.runners.transport import RunnerTransport
 from talaria.hub.timings import HubTimings
 from talaria.hub.turns.chat_channels import KeptChannels
@@ -52,7 +54,7 @@ class ChatContext:
         self, *, store: Store, clock: Clock, settings: Settings, key: AuditKey, accounts: Accounts,
         allowed: Allowed, registry: RunnerRegistry, runners: RunnerTransport, driver: TurnDriver, events: ChatEvents,
         timings: HubTimings, team_calls: TeamToolCalls | None = None, leases: TurnLeases | None = None,
-        signals: Signals | None = None,
+        signals: Signals | None = None, slots: RunnerSlots | None = None,
     ) -> None:  # fmt: skip
         self.store, self.clock, self.settings, self.key = store, clock, settings, key
         self.accounts, self.allowed, self.registry, self.runners = accounts, allowed, registry, runners
@@ -60,6 +62,8 @@ class ChatContext:
         self.team_calls = team_calls  # None while the team set is not installed (chat.md 5.9)
         self.leases = leases or LocalTurnLeases()  # which replica drives a turn (scale.md 4.3)
         self.signals = signals  # PostgreSQL replicas: talaria_turn wakes the owner of a turn changed elsewhere
+        self.slots = slots or LocalSlots()  # chat.per_runner across replicas (scale.md 3.7)
+        self.slot_of: dict[str, int] = {}  # the runner slot each turn holds while it runs here
         self.tokens: dict[str, int] = {}  # the lease token of each turn this hub drives
         self.lost: set[str] = set()  # turns whose lease another replica took: nothing more is written or sent
         self.drafts: dict[str, Draft] = {}
@@ -123,12 +127,20 @@ class ChatContext:
 
     def _write(self, conversation_id: str, write: Any, *, fence: str | None = None) -> None:
         """Commit ``write(tx)``, then emit the events it returns, under the conversation's event lock; ``fence``:
-        the turn whose owner writes (``LeaseLost`` once that is no longer this hub)."""
+        the turn whose owner writes (``LeaseLost`` once that is no longer this hub). A transaction PostgreSQL gave up
+        for a concurrent one runs ``write`` again (3 attempts in all), so ``write`` keeps nothing of a try but its
+        return value."""
         with self.events.locked(conversation_id):
-            with self.store.write() as tx:
-                if fence is not None:
-                    self.fence(tx, fence)
-                emits = write(tx)
+            for attempt in range(1, RETRIED_CONFLICTS + 1):
+                try:
+                    with self.store.write() as tx:
+                        if fence is not None:
+                            self.fence(tx, fence)
+                        emits = write(tx)
+                    break
+                except StoreConflict:
+                    if attempt == RETRIED_CONFLICTS:
+                        raise
             for kind, data in emits:
                 self.events.emit(conversation_id, kind, data)
 
@@ -149,7 +161,7 @@ class ChatContext:
 
         def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
             now = self.clock.now_ms()
-            turn = get_turn(tx, turn_id)
+            turn = lock_turn(tx, turn_id)
             if turn.ended:
                 return []
             usage = self._usage(tx, turn, stream)

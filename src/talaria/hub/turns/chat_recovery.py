@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from talaria.chat.records import ChatTurn
-from talaria.chat.turn_writes import NewMessage, get_turn, next_state, set_turn
+from talaria.chat.turn_writes import NewMessage, lock_turn, next_state, set_turn
 from talaria.errors import TalariaError
 from talaria.hub.dispatch import turn_recovery
 from talaria.hub.dispatch.job_turns import JobTurn
@@ -43,7 +43,7 @@ class RecoveryEntries(ChatContext):
 
     def _lose(self, turn_id: str) -> None:
         def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
-            turn = get_turn(tx, turn_id)
+            turn = lock_turn(tx, turn_id)
             if turn.state != "running":
                 return []
             set_turn(tx, turn, self.clock.now_ms(), state=next_state("running", "lose"))

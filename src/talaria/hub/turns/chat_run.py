@@ -17,7 +17,7 @@ import structlog
 from talaria.chat import prompt as prompts
 from talaria.chat.attachments import of_messages
 from talaria.chat.records import ChatTurn, message_json
-from talaria.chat.turn_writes import NewMessage, get_turn, next_state, set_turn, store_message
+from talaria.chat.turn_writes import NewMessage, get_turn, lock_turn, next_state, set_turn, store_message
 from talaria.errors import TalariaError
 from talaria.hub.runners.connection_state import AccountRef
 from talaria.hub.runners.registry import RunnerRecord
@@ -68,10 +68,15 @@ class RunEntries(RecoveryEntries):
         while (place := await self._wait_for_runner(turn, stop, shown)) is not None:
             assert place.runner is not None
             try:
-                if await self._attempt(turn, place, stop):
-                    return
+                ended = await self._attempt(turn, place, stop)
+            except BaseException:  # cancelled, or another replica drives it: the turn may still run in Hermes,
+                self.slot_of.pop(turn.id, None)  # so its slot row holds until the turn has ended
+                raise
             finally:
                 self.per_runner[place.runner.id] -= 1  # the slot _wait_for_runner took
+            await self._free_slot(place.runner.id, turn.id)
+            if ended:
+                return
             # nothing was submitted: back to step 2 after a pause (chat.md 5.3), one turn.waiting per reason change
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.timings.pre_submit_retry_s)
@@ -191,7 +196,9 @@ class RunEntries(RecoveryEntries):
                     # taken here, with no await between the count and the taking: turns arriving together would
                     # all see a free slot if it were taken later (the caller gives it back after the attempt)
                     self.per_runner[runner.id] = self.per_runner.get(runner.id, 0) + 1
-                    return place
+                    if await self._take_slot(runner.id, turn.id):  # the cluster's count (scale.md 3.7)
+                        return place
+                    self.per_runner[runner.id] -= 1
                 now_reason = f"waiting for node {runner.name}: busy"
             else:
                 name = runner.name if runner is not None else place.conversation["bot_source"]
@@ -208,6 +215,19 @@ class RunEntries(RecoveryEntries):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.timings.runner_back_check_s)
 
+    async def _take_slot(self, runner_id: str, turn_id: str) -> bool:
+        slot = await asyncio.to_thread(self.slots.take, runner_id, turn_id, self.settings.chat_per_runner)
+        if slot is None:
+            return False
+        self.slot_of[turn_id] = slot
+        return True
+
+    async def _free_slot(self, runner_id: str, turn_id: str) -> None:
+        slot = self.slot_of.pop(turn_id, None)
+        if slot is not None:
+            with contextlib.suppress(TalariaError):  # else it is free once the turn has ended
+                await asyncio.to_thread(self.slots.free, runner_id, slot, turn_id)
+
     def _unsubmitted(self, turn_id: str) -> bool:
         """The turn is still ``pending`` and nothing of it went to Hermes: no submit record, no attachment sent (its
         bytes are gone, so another try could not send it again)."""
@@ -219,7 +239,7 @@ class RunEntries(RecoveryEntries):
 
     def _waiting(self, turn_id: str, reason: str) -> None:
         def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
-            turn = get_turn(tx, turn_id)
+            turn = lock_turn(tx, turn_id)
             if turn.state != "pending":
                 return []
             set_turn(tx, turn, self.clock.now_ms(), waiting_reason=reason)
@@ -277,7 +297,7 @@ class RunEntries(RecoveryEntries):
 
         def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
             now = self.clock.now_ms()
-            turn = get_turn(tx, turn_id)
+            turn = lock_turn(tx, turn_id)
             if turn.state != "pending" or turn.stop_requested:
                 raise TalariaError("turn_finished", "the turn ended before it was submitted")
             set_turn(
@@ -302,7 +322,7 @@ class RunEntries(RecoveryEntries):
     def _submitted(self, turn_id: str) -> None:
         with self.store.write() as tx:
             self.fence(tx, turn_id)
-            turn = get_turn(tx, turn_id)
+            turn = lock_turn(tx, turn_id)
             if turn.submit_state == "submitting":
                 set_turn(tx, turn, self.clock.now_ms(), submit_state="submitted")
 

@@ -23,7 +23,7 @@ import psycopg
 import psycopg_pool
 import structlog
 
-from talaria.errors import StoreUnavailable, TalariaError
+from talaria.errors import StoreConflict, StoreUnavailable, TalariaError
 from talaria.store.interface import FaultHook, Row
 from talaria.store.postgres.params import to_psycopg
 from talaria.store.queries import load
@@ -39,6 +39,7 @@ CONNECT_TIMEOUT_S = 5
 MIGRATION_KEY = int.from_bytes(b"talariaM", "big", signed=True)
 _WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
 _READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"  # a consistent snapshot, as the contract says
+CONFLICTS = frozenset({"40001", "40P01"})  # serialization failure, deadlock: the transaction may be run again
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,8 @@ class PostgresStore:
             raise StoreUnavailable() from exc
         except psycopg.Error as exc:
             log.warning(f"store_{kind}_failed", error=type(exc).__name__, sqlstate=exc.sqlstate)
+            if exc.sqlstate in CONFLICTS:
+                raise StoreConflict() from exc
             raise StoreUnavailable() from exc
 
     @staticmethod

@@ -39,6 +39,12 @@ DELETE FROM chat_attachment WHERE id = :id AND state = 'uploaded'
 UPDATE chat_attachment SET state = 'expired', data = NULL, updated_at = :now
 WHERE state = 'uploaded' AND created_at < :before
 
+-- name: chat_attachment_expire_of
+-- One conversation's uploads unused since a time expire (what an upload, a removal or a send of that conversation
+-- sees at once; the reaper's sweep takes the rest).
+UPDATE chat_attachment SET state = 'expired', data = NULL, updated_at = :now
+WHERE conversation_id = :conversation_id AND state = 'uploaded' AND created_at < :before
+
 -- name: chat_attachment_of_messages
 -- The attachments of messages (chat.md 3.1), in upload order.
 SELECT id, conversation_id, name, media_type, kind, bytes, sha256, state, message_id, runner_id, node_path,

@@ -13,6 +13,11 @@ SELECT * FROM chat_turn WHERE tenant = :tenant AND owner = :owner AND conversati
 -- One turn, for the turn engine.
 SELECT * FROM chat_turn WHERE id = :id
 
+-- name: chat_turn_lock
+-- One turn, held for the rest of the write transaction (its conversation's row first: lock order account,
+-- conversation, turn), so that two writers of one turn take turns instead of one failing its revision check.
+SELECT * FROM chat_turn WHERE id = :id FOR UPDATE
+
 -- name: chat_turn_live
 -- A conversation's live turn (pending, running or recovering), if any.
 SELECT * FROM chat_turn

@@ -86,6 +86,14 @@ WHERE state IN ('LEASED', 'RUNNING') AND lease_expires_at <= :now
 ORDER BY lease_expires_at, id
 LIMIT :limit
 
+-- name: job_due_lock
+-- The reaper's batch: due jobs as job_due, each held for its transaction; a job another replica's reaper (or a
+-- holder's call) holds is skipped, not waited for (scale.md 2.3).
+SELECT * FROM hermes_job
+WHERE state IN ('LEASED', 'RUNNING') AND lease_expires_at <= :now
+ORDER BY lease_expires_at, id
+LIMIT :limit
+
 -- name: job_list
 -- Jobs of a tenant (optionally one state, cell, or task author) with their result payloads and their tasks' titles,
 -- newest first, after a cursor.

@@ -2,11 +2,16 @@
 -- The recorded turn of a job, if any.
 SELECT * FROM job_turn WHERE job_id = :job_id
 
+-- name: job_turn_lock
+-- The recorded turn of a job, held for the rest of the write transaction (two writers finishing it take turns).
+SELECT job_id, state FROM job_turn WHERE job_id = :job_id
+
 -- name: job_turn_begin
 -- Record, before prompt.submit, where the job's turn is going (state submitting).
 INSERT INTO job_turn (job_id, tenant, attempt, runner_id, profile, stored_session_id, marker, state, created_at,
                       updated_at)
 VALUES (:job_id, :tenant, :attempt, :runner_id, :profile, :stored_session_id, :marker, 'submitting', :now, :now)
+ON CONFLICT (job_id) DO NOTHING
 
 -- name: job_turn_move
 -- Move a recorded turn from one state to the next (conditional on the state it is in), noting the stored

@@ -1,7 +1,10 @@
 -- name: session_insert
--- Start a web session (the id is stored as its SHA-256).
+-- Start a web session (the id is stored as its SHA-256) while the account is enabled and at :auth_version, the one
+-- whose password was checked: 0 rows once a change has ended its sessions (the account row is read locked, so a
+-- change in flight is waited for).
 INSERT INTO web_session (id_hash, username, csrf_token, auth_version, created_at, last_seen_at)
-VALUES (:id_hash, :username, :csrf_token, :auth_version, :now, :now)
+SELECT :id_hash, :username, :csrf_token, :auth_version, :now, :now
+FROM account WHERE username = :username AND auth_version = :auth_version AND enabled = 1
 
 -- name: session_get
 -- A web session with its account's current state.

@@ -1,0 +1,2 @@
+DROP TABLE chat_slot;
+DROP TABLE dispatch_slot;

@@ -1,0 +1,3 @@
+-- additive: true
+-- Runner slots are PostgreSQL's (scale.md 3.7): a SQLite directory has one hub (hub.lock), which counts each
+-- runner's dispatched jobs and chat turns in memory, so this step changes nothing here.

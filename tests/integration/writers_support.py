@@ -1,0 +1,57 @@
+"""Two writers of one PostgreSQL database, as two hub replicas are (scale.md 2.3, 3.7): the stores, and the rows
+the chat write-path tests start from."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from talaria.accounts.service import Account, Accounts
+from talaria.chat.conversations import Conversations
+from talaria.chat.turns import ChatTurns
+from talaria.clock import ManualClock
+from talaria.lifecycle.audit_key import AuditKey
+from talaria.settings import Settings
+from talaria.store.postgres.store import PostgresStore
+
+
+@dataclass
+class Writers:
+    url: str
+    a: PostgresStore
+    b: PostgresStore
+    clock: ManualClock
+
+    def __iter__(self) -> Iterator[PostgresStore]:
+        return iter((self.a, self.b))
+
+
+def seed_conversations(store: PostgresStore, *ids: str) -> None:
+    """Account ``uma``, her bot, and conversations ``ids``."""
+    with store.write() as tx:
+        tx.run("tenant_ensure", name="default", now=1)
+        tx.run("account_insert", username="uma", tenant="default", role="user", password_hash="-",
+               allowed_profiles="{}", can_manage_team=0, now=1)  # fmt: skip
+        tx.run("bot_insert", id="bot_01TEST", tenant="default", owner="uma", name="Helper", name_key="helper",
+               source="local", profile="default", instructions="", now=1)  # fmt: skip
+        for conversation in ids:
+            tx.run("chat_conversation_insert", id=conversation, tenant="default", owner="uma", bot_id="bot_01TEST",
+                   title="t", title_set=0, now=1)  # fmt: skip
+
+
+def chat_turns(writers: Writers, store: PostgresStore, tmp_path: Path, **settings: Any) -> ChatTurns:
+    def allowed(account: Account, source: str, profile: str) -> bool:
+        return True
+
+    key = AuditKey.load(store, tmp_path, writers.clock.now_ms())
+    conversations = Conversations(store, writers.clock, allowed)
+    return ChatTurns(store, writers.clock, key, allowed, conversations, Settings(data_dir=tmp_path, **settings))
+
+
+def accept(turns: ChatTurns, conversation_id: str, text: str) -> str:
+    account = Accounts(turns.store, turns.clock).get("uma")
+    assert account is not None
+    body = {"text": text}
+    return turns.accept(account, conversation_id, text=text, body=body, key=None).turn.id

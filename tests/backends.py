@@ -124,3 +124,14 @@ def backend_database(request: pytest.FixtureRequest) -> Iterator[BackendDatabase
     name = new_postgres_database(server, migrated=True)
     yield BackendDatabase("postgresql", server.url(name), [name])
     admin.drop_database(server.url(), name)
+
+
+@pytest.fixture
+def postgres_store(postgres_server: PostgresServer) -> Iterator[PostgresStore]:
+    """A store of a new migrated PostgreSQL database, closed and dropped afterwards."""
+    with postgres_database(postgres_server, migrated=True) as url:
+        made = PostgresStore(url)
+        try:
+            yield made
+        finally:
+            made.close()

@@ -18,7 +18,7 @@ from talaria.testing.hub_server import HubServer
 from talaria.testing.model_server import ModelServer
 from talaria.testing.postgres_server import PostgresMissing, PostgresServer, required
 from talaria.testing.real_hermes import HermesNotInstalled, hermes_bin
-from tests.backends import backend_database  # noqa: F401 - a fixture for the tests that run on both backends
+from tests.backends import backend_database, postgres_store  # noqa: F401 - fixtures the tests share
 
 # A synthetic per-run proxy secret (lifecycle.md 11); tests/integration scans files for it.
 PROXY_SECRET = "test-" + secrets.token_hex(24)

@@ -78,6 +78,11 @@ class Cluster:
         ids = {hub.hub.replica.id: name for name, hub in self.hubs.items() if hub.hub.replica is not None}
         return ids.get(rows[0]["holder"]) if rows and rows[0]["holder"] else None
 
+    def driver_and_other(self, turn_id: str) -> tuple[str, str]:
+        """The hub driving the turn (once it holds the lease) and the other one."""
+        driver = until(lambda: self.holder(turn_id))
+        return driver, next(name for name in self.hubs if name != driver)
+
     def held_turn(self, via: str, text: str) -> str:
         """A turn sent through hub ``via`` whose Hermes run holds before its first delta, once it runs."""
         self.hermes.delta_delay_for(text, HOLD)
@@ -169,8 +174,7 @@ def test_a_replica_that_stops_leaves_its_running_turn_to_the_other_which_recover
 ) -> None:
     with cluster(postgres_server, tmp_path, monkeypatch) as both:
         turn_id = both.held_turn("a", "hold while its driver stops")
-        driver = until(lambda: both.holder(turn_id))
-        other = "b" if driver == "a" else "a"
+        driver, other = both.driver_and_other(turn_id)
         both.stop(driver)
         both.hermes.delta_delay_for("hold while its driver stops", 0)
         done = wait_turn(both.clients[other], both.conversation_id, turn_id, timeout=60)
@@ -186,8 +190,7 @@ def test_a_stop_accepted_by_the_replica_not_driving_the_turn_interrupts_it(
 ) -> None:
     with cluster(postgres_server, tmp_path, monkeypatch) as both:
         turn_id = both.held_turn("a", "hold until stopped elsewhere")
-        driver = until(lambda: both.holder(turn_id))
-        other = "b" if driver == "a" else "a"
+        _driver, other = both.driver_and_other(turn_id)
         answer = both.clients[other].post(f"/api/conversations/{both.conversation_id}/turns/{turn_id}/stop")
         assert answer.status_code == 202, answer.text
         done = wait_turn(both.clients[other], both.conversation_id, turn_id, timeout=15)

@@ -26,14 +26,13 @@ from talaria.hub.dispatch.job_turns import JobTurn, JobTurns, TurnMoveRefused
 from talaria.hub.runners.registry import RunnerRegistry, parse_registration
 from talaria.lifecycle.actor import Actor
 from talaria.lifecycle.audit_key import AuditKey
-from talaria.lifecycle.binding import Binding
 from talaria.lifecycle.engine import Engine
 from talaria.settings import Settings
 from talaria.store.postgres.store import PostgresStore
 from talaria.testing.postgres_server import PostgresServer
 from tests.backends import postgres_database
 from tests.conftest import PASSWORD
-from tests.integration.writers_support import Writers, accept, chat_turns, seed_conversations
+from tests.integration.writers_support import Writers, accept, chat_turns, claimed_jobs, seed_conversations
 
 pytestmark = pytest.mark.usefixtures("fast_argon2")
 
@@ -251,17 +250,7 @@ def test_two_reapers_share_the_due_leases_without_waiting_for_each_other(writers
     a, b = (Engine(store, writers.clock, Settings(data_dir=tmp_path)) for store in writers)
     with writers.a.write() as tx:
         tx.run("tenant_ensure", name="default", now=1)
-    author = Actor("acct:default/alice", frozenset(), "web", "default")
-    admin = Actor("acct:default/bob", frozenset({"platform_admin"}), "web", "default")
-    worker = Actor("worker-1", frozenset({"runtime"}), "trusted_proxy", "default")
-    for n in range(3):
-        task = a.create_task(author, tenant="default", title=f"t{n}", spec={"prompt": "hi"}, cell="local",
-                             profile="default", trace="a" * 32)  # fmt: skip
-        a.submit_task(author, tenant="default", task_id=task.id)
-        task, dispatch, job = a.approve_and_dispatch(admin, tenant="default", task_id=task.id)
-        binding = Binding("default", task.id, task.trace, "worker-1", dispatch.provenance, dispatch.run_id,
-                          dispatch.id, job.id, "local", "default")  # fmt: skip
-        a.claim(worker, job_id=job.id, binding=binding, worker_instance="w1")
+    claimed_jobs(a, 3)
     writers.clock.advance(3600)  # every lease is due
     held = HeldAtCommit()
     writers.a.fault_hook = held

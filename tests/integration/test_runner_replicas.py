@@ -2,6 +2,9 @@
 requests to either replica, hub operations started on one of them. A gateway or grant opened on replica A is a row
 that replica B reads for ``admit`` and writes ``event`` frames to; A's gateway queue receives them in ``seq`` order.
 
+The last tests show what else two replicas share: the reaper's table-wide attachment sweep and the team
+reconciler's passes run on the replica holding ``maintenance``; failed sign-ins count across replicas.
+
 ``talaria hub`` still holds the one-hub lock (ADR 0041) until every write path takes row locks; the runner hub's
 own paths do, and these tests open the replicas without that lock to show it.
 """
@@ -24,6 +27,7 @@ from talaria.errors import TalariaError
 from talaria.hub.runners.channels import ToolKind
 from talaria.hub.runners.connection_state import AccountRef, Gateway, Grant, ToolExecutor
 from talaria.hub.runners.shared_connections import SharedRunnerHub
+from talaria.limits import LOGIN_MAX_FAILURES
 from talaria.settings import Settings
 from talaria.store.postgres import admin
 from talaria.testing.hub_server import HubServer
@@ -391,3 +395,29 @@ def test_the_reapers_attachment_sweep_is_the_maintenance_replicas_alone(pair: Pa
     a.hub.tick()
     assert state() == "expired"
     uma.close()
+
+
+def test_failed_sign_ins_on_one_replica_throttle_the_other(pair: Pair) -> None:
+    add_account(pair.a, "uma")
+    clients = {name: hub.client(headers={"Origin": hub.url}) for name, hub in (("a", pair.a), ("b", pair.b))}
+    try:
+        for _ in range(LOGIN_MAX_FAILURES):
+            wrong = clients["a"].post("/api/auth/login", json={"username": "uma", "password": "not it"})
+            assert wrong.status_code == 401, wrong.text
+        refused = clients["b"].post("/api/auth/login", json={"username": "uma", "password": PASSWORD})
+        assert refused.status_code == 429 and refused.json()["code"] == "login_throttled", refused.text
+        assert 1 <= int(refused.headers["Retry-After"]) <= 300
+        keys = raw_sql(Settings(database_url=pair.a.settings.database_url), "SELECT key FROM login_failure")
+        assert keys and not any("uma" in row["key"] or "127.0.0.1" in row["key"] for row in keys)
+    finally:
+        for client in clients.values():
+            client.close()
+
+
+def test_team_reconciler_passes_run_on_the_maintenance_replica_alone(pair: Pair) -> None:
+    a, b = pair.a.hub.team_reconciler, pair.b.hub.team_reconciler
+    assert a is not None and b is not None
+    before = a.reconcile.passes
+    wait_until(lambda: a.reconcile.passes >= before + 2, what="two passes on the maintenance replica", timeout=10)
+    assert b.reconcile.passes == 0
+    assert b.run_once().signals == [] and b.reconcile.passes == 0

@@ -5,7 +5,6 @@ up the one it held before."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,47 +12,16 @@ import pytest
 from talaria.accounts.service import Accounts
 from talaria.clock import ManualClock
 from talaria.hub.runners.slots import CLAIM_GRACE_MS, SharedSlots
-from talaria.lifecycle.actor import Actor
-from talaria.lifecycle.binding import Binding
 from talaria.lifecycle.engine import Engine
 from talaria.settings import Settings
 from talaria.store.postgres.store import PostgresStore
-from talaria.testing.postgres_server import PostgresServer
-from tests.backends import postgres_database
-from tests.integration.writers_support import Writers, accept, chat_turns, seed_conversations
+from tests.integration.writers_support import Writers, accept, chat_turns, claimed_jobs, seed_conversations
 
 pytestmark = pytest.mark.usefixtures("fast_argon2")
 
 
-@pytest.fixture
-def store(postgres_server: PostgresServer) -> Iterator[PostgresStore]:
-    with postgres_database(postgres_server, migrated=True) as url:
-        made = PostgresStore(url)
-        try:
-            yield made
-        finally:
-            made.close()
-
-
-def claimed_jobs(engine: Engine, n: int) -> list[tuple[str, str]]:
-    """``n`` jobs claimed by a worker: (job id, lease id) each."""
-    author = Actor("acct:default/alice", frozenset(), "web", "default")
-    admin = Actor("acct:default/bob", frozenset({"platform_admin"}), "web", "default")
-    worker = Actor("worker-1", frozenset({"runtime"}), "trusted_proxy", "default")
-    out = []
-    for i in range(n):
-        task = engine.create_task(author, tenant="default", title=f"t{i}", spec={"prompt": "hi"}, cell="local",
-                                  profile="default", trace="a" * 32)  # fmt: skip
-        engine.submit_task(author, tenant="default", task_id=task.id)
-        task, dispatch, job = engine.approve_and_dispatch(admin, tenant="default", task_id=task.id)
-        binding = Binding("default", task.id, task.trace, "worker-1", dispatch.provenance, dispatch.run_id,
-                          dispatch.id, job.id, "local", "default")  # fmt: skip
-        lease = engine.claim(worker, job_id=job.id, binding=binding, worker_instance="w1").answer.lease
-        out.append((job.id, lease.lease_id))
-    return out
-
-
-def test_a_dispatch_slot_is_held_while_its_lease_lives(store: PostgresStore, tmp_path: Path) -> None:
+def test_a_dispatch_slot_is_held_while_its_lease_lives(postgres_store: PostgresStore, tmp_path: Path) -> None:
+    store = postgres_store
     clock = ManualClock(1_700_000_000_000)
     with store.write() as tx:
         tx.run("tenant_ensure", name="default", now=1)
@@ -78,8 +46,9 @@ def test_a_dispatch_slot_is_held_while_its_lease_lives(store: PostgresStore, tmp
 
 
 def test_a_chat_slot_is_held_until_its_turn_ends_and_a_turn_keeps_one_slot(
-    store: PostgresStore, tmp_path: Path
+    postgres_store: PostgresStore, tmp_path: Path
 ) -> None:
+    store = postgres_store
     writers = Writers("", store, store, ManualClock(1_700_000_000_000))
     seed_conversations(store, "cnv_01A", "cnv_01B")
     turns = chat_turns(writers, store, tmp_path)

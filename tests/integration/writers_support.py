@@ -12,7 +12,10 @@ from talaria.accounts.service import Account, Accounts
 from talaria.chat.conversations import Conversations
 from talaria.chat.turns import ChatTurns
 from talaria.clock import ManualClock
+from talaria.lifecycle.actor import Actor
 from talaria.lifecycle.audit_key import AuditKey
+from talaria.lifecycle.binding import Binding
+from talaria.lifecycle.engine import Engine
 from talaria.settings import Settings
 from talaria.store.postgres.store import PostgresStore
 
@@ -55,3 +58,21 @@ def accept(turns: ChatTurns, conversation_id: str, text: str) -> str:
     assert account is not None
     body = {"text": text}
     return turns.accept(account, conversation_id, text=text, body=body, key=None).turn.id
+
+
+def claimed_jobs(engine: Engine, n: int) -> list[tuple[str, str]]:
+    """``n`` jobs claimed by a worker: (job id, lease id) each."""
+    author = Actor("acct:default/alice", frozenset(), "web", "default")
+    admin = Actor("acct:default/bob", frozenset({"platform_admin"}), "web", "default")
+    worker = Actor("worker-1", frozenset({"runtime"}), "trusted_proxy", "default")
+    out = []
+    for i in range(n):
+        task = engine.create_task(author, tenant="default", title=f"t{i}", spec={"prompt": "hi"}, cell="local",
+                                  profile="default", trace="a" * 32)  # fmt: skip
+        engine.submit_task(author, tenant="default", task_id=task.id)
+        task, dispatch, job = engine.approve_and_dispatch(admin, tenant="default", task_id=task.id)
+        binding = Binding("default", task.id, task.trace, "worker-1", dispatch.provenance, dispatch.run_id,
+                          dispatch.id, job.id, "local", "default")  # fmt: skip
+        lease = engine.claim(worker, job_id=job.id, binding=binding, worker_instance="w1").answer.lease
+        out.append((job.id, lease.lease_id))
+    return out

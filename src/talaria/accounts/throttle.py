@@ -1,18 +1,30 @@
 """Login throttling (web-api.md 2): 5 failures within 5 minutes, per account and per TCP peer.
 
 Counted in memory per hub process (docs/adr/0004): a restart forgives recent failures, which the
-argon2 cost and the per-peer limit keep cheap for an attacker to exploit only slowly.
+argon2 cost and the per-peer limit keep cheap for an attacker to exploit only slowly. PostgreSQL replicas count
+them in a table instead (``shared_throttle.py``), so every replica behind a balancer sees them.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
+from typing import Protocol
 
 from talaria.clock import Clock
 from talaria.limits import LOGIN_MAX_FAILURES, LOGIN_WINDOW_S
 
 _PRUNE_ABOVE = 10_000
+
+
+class Throttle(Protocol):
+    """What sign-in asks: ``LoginThrottle`` in memory (one hub), ``SharedLoginThrottle`` in a table (replicas)."""
+
+    def retry_after(self, *, username: str, peer: str) -> int | None: ...
+
+    def failed(self, *, username: str, peer: str) -> None: ...
+
+    def succeeded(self, *, username: str) -> None: ...
 
 
 class LoginThrottle:

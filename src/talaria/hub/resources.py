@@ -9,7 +9,8 @@ from typing import Any
 import structlog
 
 from talaria.accounts.service import Accounts
-from talaria.accounts.throttle import LoginThrottle
+from talaria.accounts.shared_throttle import SharedLoginThrottle
+from talaria.accounts.throttle import LoginThrottle, Throttle
 from talaria.chat.attachments import Attachments
 from talaria.chat.bots import Bots
 from talaria.chat.conversations import Conversations
@@ -63,7 +64,7 @@ class Hub:
     engine: Engine
     accounts: Accounts
     sessions: WebSessions
-    throttle: LoginThrottle
+    throttle: Throttle  # in memory on SQLite, the login_failure table on PostgreSQL (scale.md 3.7)
     security_events: SecurityEvents
     metrics: HubMetrics
     reaper: Reaper
@@ -169,7 +170,7 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
             load_secret_key(store, settings.data_dir, clock.now_ms()),
             public_origin=settings.public_origin,
         ),
-        throttle=LoginThrottle(clock),
+        throttle=SharedLoginThrottle(store, clock) if store.dialect == "postgresql" else LoginThrottle(clock),
         security_events=SecurityEvents(store, clock, settings.security_event_rate_per_minute),
         metrics=metrics,
         reaper=Reaper(lambda: None, settings.lifecycle_reaper_interval_s),
@@ -199,6 +200,7 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
     if team_calls is not None:
         reconcile = Reconcile(store, clock, settings, audit_key, bot_access.allowed, engine)
         hub.team_reconciler = TeamReconciler(reconcile, store=store, engine=engine, chat=chat_engine,
-                                             events=chat_events, interval_s=timings.team_reconcile_s)  # fmt: skip
+                                             events=chat_events, interval_s=timings.team_reconcile_s,
+                                             may_run=lambda: replica.holds("maintenance"))  # fmt: skip
         team_calls.on_applied = hub.team_reconciler.applied
     return hub

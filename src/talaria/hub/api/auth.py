@@ -46,14 +46,14 @@ async def login(body: LoginBody, request: Request, response: Response, hub: HubD
     if origin is not None and origin != hub.settings.public_origin:
         raise TalariaError("csrf_failed", "the Origin of this request is not the hub's")
     peer = hub.clients.of(request.scope)  # the client address: behind a trusted proxy, not the proxy
-    _refuse_if_throttled(hub, body.username, peer)
+    await run_in_threadpool(_refuse_if_throttled, hub, body.username, peer)  # a table read on PostgreSQL
     found = await run_in_threadpool(hub.accounts.credentials, body.username)
     ok = await run_in_threadpool(verify_password, found[1] if found else None, body.password)
     account = found[0] if ok and found else None
     if account is None or not account.enabled:
-        hub.throttle.failed(username=body.username, peer=peer)
+        await run_in_threadpool(lambda: hub.throttle.failed(username=body.username, peer=peer))
         raise TalariaError("invalid_credentials", "wrong username or password")
-    hub.throttle.succeeded(username=body.username)
+    await run_in_threadpool(lambda: hub.throttle.succeeded(username=body.username))
     cookie, csrf = await run_in_threadpool(hub.sessions.create, account)
     response.set_cookie(
         COOKIE,
@@ -81,12 +81,12 @@ async def change_password(body: PasswordBody, request: Request, user: UserDep, h
     sign-in; the new one follows the password rule; ``authVersion`` + 1 and every other session ends."""
     username = user.account.username
     peer = hub.clients.of(request.scope)
-    _refuse_if_throttled(hub, username, peer)
+    await run_in_threadpool(_refuse_if_throttled, hub, username, peer)
     stored = await run_in_threadpool(hub.accounts.password_hash, username)
     if not await run_in_threadpool(verify_password, stored, body.currentPassword):
-        hub.throttle.failed(username=username, peer=peer)
+        await run_in_threadpool(lambda: hub.throttle.failed(username=username, peer=peer))
         raise TalariaError("invalid_credentials", "the current password is wrong")
-    hub.throttle.succeeded(username=username)
+    await run_in_threadpool(lambda: hub.throttle.succeeded(username=username))
     changes = {"password": body.newPassword}
     update = hub.accounts.update
     await run_in_threadpool(lambda: update(username, user.account.tenant, changes, keep_session_hash=user.session_hash))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -29,9 +30,10 @@ TURN_ENDS = frozenset({"turn.completed", "turn.failed", "turn.interrupted", "tur
 class TeamReconciler:
     def __init__(
         self, reconcile: Reconcile, *, store: Store, engine: Engine, chat: ChatEngine, events: ChatEvents,
-        interval_s: float,
+        interval_s: float, may_run: Callable[[], bool] = lambda: True,
     ) -> None:  # fmt: skip
         self.reconcile = reconcile
+        self.may_run = may_run  # PostgreSQL: the replica holding ``maintenance`` runs the passes (ADR 0051)
         self.store = store
         self.engine = engine
         self.chat = chat
@@ -58,7 +60,10 @@ class TeamReconciler:
         self.wake()
 
     def run_once(self) -> Effects:
-        """One pass now, on the calling thread, and what follows it."""
+        """One pass now, on the calling thread, and what follows it; nothing on a replica not holding
+        ``maintenance`` (another replica's passes do it, at least every ``team_reconcile_s``)."""
+        if not self.may_run():
+            return Effects()
         effects = self.reconcile.run()
         self._after(effects)
         return effects

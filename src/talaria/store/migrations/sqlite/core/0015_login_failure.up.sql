@@ -1,0 +1,3 @@
+-- additive: true
+-- Login failures are counted in a table on PostgreSQL only (scale.md 3.7): a SQLite directory has one hub, which
+-- counts them in memory (ADR 0004), so this step changes nothing here.

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from talaria.chat.records import ChatTurn
+from talaria.errors import StoreUnavailable
+from talaria.hub.runners.slots import LocalSlots
 from talaria.hub.turns.chat_context import ChatContext
 from talaria.limits import MAX_CHAT_TEXT_CHARS
 from talaria.store.interface import Row
@@ -259,3 +261,36 @@ def test_turns_arriving_together_never_take_more_than_chat_per_runner_slots(
         assert [w["kind"] for w in opened] == ["gateway.open"]
         assert web.user.get(url).json()["turn"]["waitingReason"] == "waiting for node node-1: busy"
         assert [w["kind"] for w in pending_wire(web.server, runner_id)] == ["gateway.open"]
+
+
+def test_a_slot_that_could_not_be_taken_gives_its_runner_s_count_back(
+    make_hub: Callable[..., HubServer], fast_argon2: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store error while the cluster's slot is taken (scale.md 3.7) fails that turn (``internal_error``), and the
+    runner's local count goes back with it: the next turn (``chat.per_runner = 1``) opens its gateway rather than
+    waiting ``busy`` for ever."""
+    failed = threading.Event()
+    take = LocalSlots.take
+
+    def failing_once(self: LocalSlots, runner_id: str, work_id: str, limit: int) -> int | None:
+        if not failed.is_set():
+            failed.set()
+            raise StoreUnavailable("the database did not answer")
+        return take(self, runner_id, work_id, limit)
+
+    monkeypatch.setattr(LocalSlots, "take", failing_once)
+    with ExitStack() as stack:
+        web = open_web(make_hub, stack, chat_per_runner=1)
+        node = register(web.admin, name="node-1", source="local", allowedProfiles=["default"])
+        runner_id = node["runner"]["id"]
+        machine = Machine(web.server, runner_id, node["token"])
+        stack.callback(machine.close)
+        machine.connect()
+        first = chat(web)
+        turn_id = send(web.user, first, {"text": "go"}).json()["turn"]["id"]
+        url = f"/api/conversations/{first}/turns/{turn_id}"
+        failed_turn = wait_for(lambda: web.user.get(url).json()["turn"]["code"], "the first turn's end")
+        assert failed_turn == "internal_error"
+        assert send(web.user, chat(web), {"text": "go again"}).status_code == 202
+        opened = wait_for(lambda: pending_wire(web.server, runner_id), "the second turn's first command")
+        assert [w["kind"] for w in opened] == ["gateway.open"]

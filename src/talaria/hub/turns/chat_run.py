@@ -196,7 +196,12 @@ class RunEntries(RecoveryEntries):
                     # taken here, with no await between the count and the taking: turns arriving together would
                     # all see a free slot if it were taken later (the caller gives it back after the attempt)
                     self.per_runner[runner.id] = self.per_runner.get(runner.id, 0) + 1
-                    if await self._take_slot(runner.id, turn.id):  # the cluster's count (scale.md 3.7)
+                    try:
+                        taken = await self._take_slot(runner.id, turn.id)  # the cluster's count (scale.md 3.7)
+                    except BaseException:  # a store error or a cancel: the local count is given back too
+                        self.per_runner[runner.id] -= 1
+                        raise
+                    if taken:
                         return place
                     self.per_runner[runner.id] -= 1
                 now_reason = f"waiting for node {runner.name}: busy"

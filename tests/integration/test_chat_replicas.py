@@ -315,3 +315,53 @@ def test_a_turn_lease_is_taken_once_fenced_and_taken_over_from_a_replica_no_long
             assert raw_sql(Settings(database_url=url), "SELECT * FROM turn_lease") == []
         finally:
             store.close()
+
+
+def test_a_browser_on_the_replica_not_driving_a_turn_follows_it_and_resumes_through_the_other(
+    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scale.md 4.2: the events of a turn driven by one replica reach a stream on the other with strictly
+    increasing ids and every delta once; a snapshot read there holds the draft of exactly the events up to its
+    ``lastEventId``; a reconnect through the driving replica resumes without loss or repetition."""
+    text = "stream it through the other replica"
+    with cluster(postgres_server, tmp_path, monkeypatch) as both:
+        cid = both.conversation_id
+        turn_id = both.held_turn("a", text)
+        driver, other = both.driver_and_other(turn_id)
+        stream = Stream(both.clients[other], cid, after=0)
+        both.hermes.delta_delay_for(text, 1.0)
+        stream.wait_for(lambda events: any(kind == "message.delta" for _, kind, _ in events))
+        both.hermes.delta_delay_for(text, HOLD)  # the next delta waits: the turn stays live while the snapshot is read
+        snapshot = both.clients[other].get(f"/api/conversations/{cid}/messages").json()
+        last = snapshot["lastEventId"]
+        seen = stream.wait_for(lambda events: any(i is not None and i >= last for i, _, _ in events))
+        streamed = "".join(d["text"] for i, kind, d in seen if kind == "message.delta" and i is not None and i <= last)
+        assert streamed and snapshot["liveTurn"]["draft"]["content"] == streamed
+        both.hermes.delta_delay_for(text, 0)
+        done = wait_turn(both.clients[other], cid, turn_id, timeout=30)
+        assert done["state"] == "completed", done
+        events = stream.wait_for(lambda got: any(kind == "turn.completed" for _, kind, _ in got))
+        ids = [event_id for event_id, _, _ in events]
+        assert ids == list(range(1, len(ids) + 1)), "every id once, in order, none missing"
+        [reply] = [m for m in messages(both.clients[other], cid) if m["role"] == "assistant"]
+        assert "".join(d["text"] for _, kind, d in events if kind == "message.delta") == reply["content"]
+        middle = ids[len(ids) // 2]
+        again = Stream(both.clients[driver], cid, last_event_id=middle)
+        rest = again.wait_for(lambda got: len(got) >= len(ids) - middle)
+        assert rest[: len(ids) - middle] == events[middle:], "the rest, through the other replica"
+        stream.close()
+        again.close()
+
+
+def test_open_event_streams_count_across_replicas(
+    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with cluster(postgres_server, tmp_path, monkeypatch) as both:
+        path = f"/api/conversations/{both.conversation_id}/events"
+        streams = [Stream(both.clients["ab"[i % 2]], both.conversation_id) for i in range(8)]
+        assert [s.status for s in streams] == [200] * 8
+        for name in ("a", "b"):
+            refused = both.clients[name].get(path)
+            assert (refused.status_code, refused.json()["code"]) == (429, "chat_stream_limit")
+        for s in streams:
+            s.close()

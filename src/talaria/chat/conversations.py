@@ -12,6 +12,7 @@ Audit (chat.md 8): ``chat.conversation.created``, ``.archived`` and ``.unarchive
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -137,8 +138,16 @@ class Conversations:
             return self.visible(tx, account, conversation_id)
 
     def update(
-        self, account: Account, conversation_id: str, *, title: str | None = None, archived: bool | None = None
+        self,
+        account: Account,
+        conversation_id: str,
+        *,
+        title: str | None = None,
+        archived: bool | None = None,
+        changed: Callable[[Tx, Conversation], None] | None = None,
     ) -> Conversation:
+        """Change the title or archived flag; ``changed(tx, updated)`` runs in the transaction of a change (the
+        hub stages its stream event there), not for a repeat."""
         chosen = check_title(title) if title is not None else None
         with self.store.read() as tx:
             before = self.visible(tx, account, conversation_id)
@@ -164,7 +173,10 @@ class Conversations:
                 kind = "chat.conversation.archived" if new_archived else "chat.conversation.unarchived"
                 moved = (OPEN, ARCHIVED) if new_archived else (ARCHIVED, OPEN)
                 self._audit(tx, account, current.id, kind, *moved)
-            return self.visible(tx, account, current.id)
+            updated = self.visible(tx, account, current.id)
+            if changed is not None:
+                changed(tx, updated)
+            return updated
 
     def visible(self, tx: Tx, account: Account, conversation_id: str) -> Conversation:
         """The account's conversation ``conversation_id``; anyone else's, or none, is 404 ``not_found``."""

@@ -14,7 +14,7 @@ live turn (409 ``turn_in_progress``); ``chat.per_account`` and ``chat.per_hub`` 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,9 +100,11 @@ class ChatTurns:
         body: dict[str, Any],
         key: str | None,
         attachment_ids: Sequence[str] = (),
+        accepted: Callable[[Tx, Accepted], None] | None = None,
     ) -> Accepted:
         """Accept the owner's message ``text`` (already checked) as a new turn; ``body`` is the request body,
-        whose canonical JSON digest an ``Idempotency-Key`` is bound to."""
+        whose canonical JSON digest an ``Idempotency-Key`` is bound to. ``accepted(tx, made)`` runs in the
+        transaction of a new turn (the hub stages its stream events there), not for a replay."""
         key_hash = sha256_hex(key) if key is not None else None
         request_digest = digest(body)
         now = self.clock.now_ms()
@@ -160,12 +162,19 @@ class ChatTurns:
                     "chat_turn_keep_answer", id=turn_id, key_hash=key_hash, request_digest=request_digest,
                     response_body=answer,
                 )  # fmt: skip
-        return Accepted(turn, message, answer, replayed=False, retitled=retitled, attachments=tuple(shown))
+            made = Accepted(turn, message, answer, replayed=False, retitled=retitled, attachments=tuple(shown))
+            if accepted is not None:
+                accepted(tx, made)
+        return made
 
-    def stop(self, account: Account, conversation_id: str, turn_id: str) -> tuple[ChatTurn, Ended | None]:
+    def stop(
+        self, account: Account, conversation_id: str, turn_id: str,
+        ended: Callable[[Tx, Ended], None] | None = None,
+    ) -> tuple[ChatTurn, Ended | None]:  # fmt: skip
         """Ask a turn to stop (chat.md 5.6): a terminal one is 409 ``turn_finished``; a queued or pending one ends
-        ``interrupted`` ``stopped`` at once (``Ended``); a running or recovering one is marked ``stopRequested``
-        for the turn engine (repeats change nothing)."""
+        ``interrupted`` ``stopped`` at once (``Ended``; ``ended(tx, it)`` runs in that transaction, where the hub
+        stages its stream events); a running or recovering one is marked ``stopRequested`` for the turn engine
+        (repeats change nothing)."""
         now = self.clock.now_ms()
         with self.store.write() as tx:
             self.conversations.visible(tx, account, conversation_id)
@@ -173,11 +182,13 @@ class ChatTurns:
             if turn.ended:
                 raise TalariaError("turn_finished", "this turn has already ended")
             if turn.state in ("queued", "pending"):
-                ended = end_turn(
+                done = end_turn(
                     tx, set_turn(tx, turn, now, stop_requested=True), state="interrupted", code="stopped",
                     error="stopped at the owner's request", actor=owner_actor(account), key=self.key, now_ms=now,
                 )  # fmt: skip
-                return ended.turn, ended
+                if ended is not None:
+                    ended(tx, done)
+                return done.turn, done
             if turn.stop_requested:
                 return turn, None
             return set_turn(tx, turn, now, stop_requested=True), None

@@ -106,6 +106,7 @@ def create_app(
             live.reaper.stop()
             if live.sealer is not None:
                 live.sealer.stop()  # seals what this hub committed last
+            live.chat_streams.close()
             if live.replica is not None:
                 live.replica.stop()  # releases its roles and leaves
             live.store.close()

@@ -19,6 +19,9 @@ from talaria.clock import Clock
 from talaria.hub.api.websession import WebSessions, load_secret_key
 from talaria.hub.chat.bot_access import BotAccess
 from talaria.hub.chat.events import ChatEvents
+from talaria.hub.chat.shared_events import SharedChatEvents
+from talaria.hub.chat.shared_streams import SharedChatStreams
+from talaria.hub.chat.stream_events import StreamEvents
 from talaria.hub.chat.streams import ChatStreams
 from talaria.hub.client_address import ClientAddresses
 from talaria.hub.dispatch.dispatcher import Dispatcher
@@ -79,11 +82,11 @@ class Hub:
     bots: Bots
     team_bots: TeamBots
     conversations: Conversations
-    chat_events: ChatEvents
+    chat_events: StreamEvents  # in memory on SQLite, stream_event rows on PostgreSQL (scale.md 4.2)
     chat_turns: ChatTurns
     chat_attachments: Attachments
     chat_engine: ChatEngine
-    chat_streams: ChatStreams
+    chat_streams: ChatStreams  # SharedChatStreams on PostgreSQL: stream_open rows (scale.md 3.7)
     team_people: TeamsForPeople
     team_reconciler: TeamReconciler | None = None  # None while the team set is not installed
     replica: Replica | None = None  # this hub in the cluster's tables (scale.md 1); on SQLite it holds every role
@@ -96,6 +99,7 @@ class Hub:
         self.chat_events.prune()
         if self.replica is None or self.replica.holds("maintenance"):  # table-wide: one replica does it
             self.chat_attachments.sweep()
+            self.chat_streams.sweep()
 
 
 def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None) -> Hub:
@@ -142,7 +146,15 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
     audit_key = AuditKey.load(store, settings.data_dir, clock.now_ms())
     accounts = Accounts(store, clock)
     conversations = Conversations(store, clock, bot_access.allowed)
-    chat_events = ChatEvents(store, clock)
+    chat_events: StreamEvents
+    chat_streams: ChatStreams
+    if store.dialect == "postgresql":  # stream events and open streams in tables (scale.md 4.2, 3.7)
+        chat_events = SharedChatEvents(store, clock, signals_of(store, listen=settings.database_listen),
+                                       fallback_ms=settings.database_wake_fallback_ms)  # fmt: skip
+        chat_streams = SharedChatStreams(store, clock, replica.id, keepalive_s=timings.chat_keepalive_s)
+    else:
+        chat_events = ChatEvents(store, clock)
+        chat_streams = ChatStreams(keepalive_s=timings.chat_keepalive_s)
     team_calls = None
     if migrations.current(store).get("team", 0) > 0:  # chat.md 5.9: without the set, talaria_whoami alone
         team_calls = TeamToolCalls(store, clock, audit_key, bot_access, catalog.HANDLERS,
@@ -189,7 +201,7 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
         chat_turns=ChatTurns(store, clock, audit_key, bot_access.allowed, conversations, settings),
         chat_engine=chat_engine,
         chat_attachments=Attachments(store, clock, conversations),
-        chat_streams=ChatStreams(keepalive_s=timings.chat_keepalive_s),
+        chat_streams=chat_streams,
         team_people=TeamsForPeople(store, clock),
     )
     hub.reaper = Reaper(hub.tick, settings.lifecycle_reaper_interval_s)

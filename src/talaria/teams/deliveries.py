@@ -13,7 +13,8 @@ transaction rolls back and the delivery stays pending for a later pass.
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
 import structlog
 
@@ -38,6 +39,8 @@ class Deliveries:
     def __init__(self, steps: Steps, key: AuditKey) -> None:
         self.steps = steps
         self.key = key
+        # called in the transaction of each delivered message: the hub stages its stream events there (scale.md 4.2)
+        self.stage: Callable[[Tx, automatic.Enqueued], Any] | None = None
 
     def pending(self) -> list[str]:
         with self.steps.store.read() as tx:
@@ -93,7 +96,10 @@ class Deliveries:
             woke = "woke" if enqueued.turn is not None else "posted"
             record(tx, actor, goal, "team.delivery.delivered", now, from_state=goal.status, to_state=goal.status,
                    revision_after=goal.revision, reason_code=woke)  # fmt: skip
+            staged = self.stage(tx, enqueued) if self.stage is not None else None
         effects.enqueued.append(enqueued)
+        if staged is not None:
+            effects.staged.append(staged)
 
     def _suppressed_because(self, tx: Tx, goal: Goal, delivery: Row) -> str | None:
         assignments = reads.assignments(tx, goal.id)

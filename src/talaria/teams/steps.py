@@ -63,6 +63,7 @@ class Effects:
     or assignments' statuses may have changed (their ``team.goal`` event), and jobs to cancel."""
 
     enqueued: list[Enqueued] = field(default_factory=list)
+    staged: list[Any] = field(default_factory=list)  # what ``Deliveries.stage`` made of each, in its transaction
     signals: Signals = field(default_factory=list)
     goals: set[str] = field(default_factory=set)
     cancel_jobs: list[tuple[str, str]] = field(default_factory=list)  # (tenant, task id)

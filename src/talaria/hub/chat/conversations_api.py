@@ -15,8 +15,10 @@ from talaria.errors import TalariaError
 from talaria.hub.api.deps import HubDep, StrictBody, UserDep
 from talaria.hub.api.views import CursorQuery, LimitQuery, decode_cursor, encode_cursor, page_limit
 from talaria.hub.api.websession import WebRoute
+from talaria.hub.chat.stream_events import Staged
 from talaria.hub.openapi import refusals
 from talaria.limits import MAX_CONVERSATION_TITLE_CHARS
+from talaria.store.interface import Tx
 from talaria.text_rules import ONE_LINE_PATTERN
 
 router = APIRouter(prefix="/api/conversations", tags=["conversations"], route_class=WebRoute)
@@ -108,13 +110,16 @@ async def update_conversation(
         raise TalariaError("invalid_request", f"{nulls[0]} must not be null")
 
     def update() -> Conversation:
-        before = hub.conversations.get(user.account, conversation_id)
+        staged: list[Staged] = []
+
+        def announce(tx: Tx, updated: Conversation) -> None:
+            data = {"conversation": conversation_json(updated)}
+            staged.append(hub.chat_events.stage(tx, conversation_id, [("conversation.updated", data)]))
+
         with hub.chat_events.locked(conversation_id):
-            updated = hub.conversations.update(user.account, conversation_id, **changes)
-            if updated != before:
-                hub.chat_events.emit(
-                    conversation_id, "conversation.updated", {"conversation": conversation_json(updated)}
-                )
+            updated = hub.conversations.update(user.account, conversation_id, **changes, changed=announce)
+            for made in staged:
+                hub.chat_events.send(made)
         if updated.archived:  # its unended turns end (chat.md 5.7); none are left on a repeat
             hub.chat_engine.archive(owner_actor(user.account), conversation_id=conversation_id)
         return updated

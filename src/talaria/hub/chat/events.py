@@ -1,4 +1,7 @@
-"""The live stream's events (chat.md 4.2): ids, each conversation's retained buffer, replay and live delivery.
+"""The live stream's events in one hub's memory (chat.md 4.2; SQLite): ids, each conversation's retained buffer,
+replay and live delivery. PostgreSQL replicas keep them in tables instead (hub/chat/shared_events.py); both answer
+``StreamEvents`` (hub/chat/stream_events.py). Here ``stage`` writes nothing: ``send``, after the commit, issues the
+staged events through ``emit``, under the conversation's lock the writer holds around both.
 
 ``ChatEvents.emit`` gives an event the conversation's next id, keeps it in the conversation's buffer (the latest
 ``retained``) and hands it to every open ``Subscription`` of that conversation. Ids are positive and strictly
@@ -21,28 +24,35 @@ Events carry ids, types and data only; nothing here logs them.
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from talaria.clock import Clock
 from talaria.errors import TalariaError
 from talaria.hub.chat.delivery import ChatEvent, Subscription
+from talaria.hub.chat.stream_events import (
+    EVENTS_EXPIRED,
+    RESET,
+    UNKNOWN_EVENT_ID,
+    Draft,
+    Emits,
+    Fence,
+    Staged,
+    check_type,
+    resume_refusal,
+)
 from talaria.limits import (
     CHAT_EVENT_BUFFER_IDLE_S,
     CHAT_EVENT_ID_BLOCK,
     CHAT_EVENTS_RETAINED,
     CHAT_STREAM_MAX_BEHIND,
 )
-from talaria.store.interface import Store
+from talaria.store.interface import Store, Tx
 
-RESET: Final = "stream.reset"
-UNKNOWN_EVENT_ID: Final = "unknown_event_id"
-EVENTS_EXPIRED: Final = "events_expired"
-_TYPE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+__all__ = ["EVENTS_EXPIRED", "RESET", "UNKNOWN_EVENT_ID", "ChatEvents"]
 
 
 @dataclass(eq=False)
@@ -97,7 +107,20 @@ class ChatEvents:
         with self._of(conversation_id).lock:
             yield
 
-    def emit(self, conversation_id: str, type: str, data: Mapping[str, Any]) -> int:
+    def stage(self, tx: Tx, conversation_id: str, emits: Emits) -> Staged:
+        """In memory nothing is written with the change: ``send`` issues the events after its commit (under the
+        conversation's lock, which the writer holds around both)."""
+        for type, _ in emits:
+            check_type(type)
+        return Staged(conversation_id, tuple(emits))
+
+    def send(self, staged: Staged) -> list[int]:
+        return [self.emit(staged.conversation_id, type, data) for type, data in staged.emits]
+
+    def draft(self, tx: Tx, conversation_id: str, turn_id: str, local: Callable[[str], Draft | None]) -> Draft | None:
+        return local(conversation_id)  # this hub drives every turn: its engine holds the draft
+
+    def emit(self, conversation_id: str, type: str, data: Mapping[str, Any], *, fence: Fence | None = None) -> int:
         """Give the event the conversation's next id, retain it and deliver it to the conversation's open
         subscriptions; return the id. ``data`` gets ``conversationId``.
 
@@ -105,8 +128,7 @@ class ChatEvents:
         every ``block`` calls). Safe from the event loop and from worker threads. Raises ``StoreUnavailable`` when
         the reservation fails and ``TalariaError("not_found")`` for a conversation the store does not hold; no id is
         issued then."""
-        if not _TYPE.match(type):
-            raise ValueError(f"not an event type: {type!r}")
+        check_type(type)  # ``fence``: one hub drives every turn, there is no other owner to fence out
         state = self._of(conversation_id)
         with state.lock:
             if state.next_id > state.reserved_to:
@@ -129,12 +151,13 @@ class ChatEvents:
             listener(type)
         return event.id
 
-    def last_event_id(self, conversation_id: str) -> int:
+    def last_event_id(self, conversation_id: str, tx: Tx | None = None) -> int:
         """The newest id this process issued for the conversation or, before it issued one, the stored
-        ``event_seq_reserved`` (0 before any, and for a conversation the store does not hold)."""
+        ``event_seq_reserved`` (0 before any, and for a conversation the store does not hold); read in ``tx``
+        where given."""
         state = self._of(conversation_id)
         with state.lock:
-            return state.issued if state.issued is not None else self._stored(conversation_id)
+            return state.issued if state.issued is not None else self._stored(conversation_id, tx)
 
     def subscribe(self, conversation_id: str, resume: int | None) -> Subscription:
         """A subscription to the conversation's events (chat.md 4.2). ``resume`` None follows live from now. N from
@@ -185,12 +208,7 @@ class ChatEvents:
     def _check(self, conversation_id: str, state: _Conversation, retained: list[ChatEvent], resume: int) -> str | None:
         """Why ``resume`` cannot be served (a ``stream.reset`` reason), or None."""
         last = state.issued if state.issued is not None else self._stored(conversation_id)
-        oldest = retained[0].id if retained else None
-        if resume > last:
-            return UNKNOWN_EVENT_ID
-        if resume == last or (oldest is not None and resume >= oldest - 1):
-            return None
-        return EVENTS_EXPIRED
+        return resume_refusal(resume, last, retained[0].id if retained else None)
 
     def _expire(self, state: _Conversation, now: int) -> int:
         if state.buffer is not None and now - state.last_event_ms >= self.idle_ms:
@@ -210,7 +228,9 @@ class ChatEvents:
             raise TalariaError("not_found", "no such conversation")
         return int(row["event_seq_reserved"])
 
-    def _stored(self, conversation_id: str) -> int:
-        with self.store.read() as tx:
-            row = tx.one("chat_conversation_event_seq", id=conversation_id)
+    def _stored(self, conversation_id: str, tx: Tx | None = None) -> int:
+        if tx is None:
+            with self.store.read() as read:
+                return self._stored(conversation_id, read)
+        row = tx.one("chat_conversation_event_seq", id=conversation_id)
         return int(row["event_seq_reserved"]) if row is not None else 0

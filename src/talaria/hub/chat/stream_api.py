@@ -123,18 +123,19 @@ async def conversation_events(
     await run_in_threadpool(hub.conversations.get, user.account, conversation_id)
     resume = resume_point(last_event_id, after)
     account = user.account.username
-    if not hub.chat_streams.take(account):
+    stream_id = await run_in_threadpool(hub.chat_streams.take, account)
+    if stream_id is None:
         raise TalariaError(
             "chat_stream_limit", f"at most {MAX_CHAT_STREAMS_PER_ACCOUNT} open event streams per account"
         )
     try:
         subscription = await run_in_threadpool(hub.chat_events.subscribe, conversation_id, resume)
     except BaseException:
-        hub.chat_streams.give_back(account)
+        hub.chat_streams.give_back(account, stream_id)
         raise
 
     def closed() -> None:
         subscription.close()
-        hub.chat_streams.give_back(account)
+        hub.chat_streams.give_back(account, stream_id)
 
     return EventStream(_frames(hub, user, subscription), closed)

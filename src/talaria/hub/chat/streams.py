@@ -1,13 +1,15 @@
 """The hub's open chat event streams (chat.md 4.1, 7): how many each account holds open (at most ``limit``; the
 next one is 429 ``chat_stream_limit``) and how long a stream stays silent before its keepalive.
 
-In-process counts: one hub process serves every stream on SQLite (PostgreSQL, cluster-wide counts: scale.md 3.7).
+In-process counts: one hub process serves every stream on SQLite. PostgreSQL replicas count them cluster-wide in
+``stream_open`` rows (hub/chat/shared_streams.py, scale.md 3.7).
 """
 
 from __future__ import annotations
 
 import threading
 
+from talaria.ids import lease_id
 from talaria.limits import MAX_CHAT_STREAMS_PER_ACCOUNT
 
 
@@ -22,18 +24,34 @@ class ChatStreams:
         self._open: dict[str, int] = {}
         self._changed = threading.Condition()
 
-    def take(self, account: str) -> bool:
-        """Count one more open stream for ``account``; False (nothing counted) when it already has ``limit``."""
+    def take(self, account: str) -> str | None:
+        """Count one more open stream for ``account``: its id, or None (nothing counted) when it already has
+        ``limit``. Call it off the event loop (a replica's count is a store write)."""
         with self._changed:
             held = self._open.get(account, 0)
             if held >= self.limit:
-                return False
-            self._open[account] = held + 1
-            self._changed.notify_all()
-            return True
+                return None
+            self._count(account)
+            return lease_id()
 
-    def give_back(self, account: str) -> None:
-        """One of ``account``'s streams ended. Call it once per successful ``take``."""
+    def give_back(self, account: str, stream_id: str) -> None:
+        """One of ``account``'s streams (``stream_id`` from ``take``) ended. Call it once per successful ``take``;
+        quick, from any thread or the event loop."""
+        self._uncount(account)
+
+    def sweep(self) -> int:
+        """Forget the streams of replicas no longer live (none in one hub)."""
+        return 0
+
+    def close(self) -> None:
+        """The hub stops (its streams were ended)."""
+
+    def _count(self, account: str) -> None:
+        with self._changed:
+            self._open[account] = self._open.get(account, 0) + 1
+            self._changed.notify_all()
+
+    def _uncount(self, account: str) -> None:
         with self._changed:
             held = self._open.get(account, 0) - 1
             if held > 0:
@@ -47,6 +65,7 @@ class ChatStreams:
             return self._open.get(account, 0)
 
     def wait_open(self, account: str, count: int, timeout: float) -> bool:
-        """Wait until ``account`` holds exactly ``count`` open streams; False after ``timeout`` seconds."""
+        """Wait until ``account`` holds exactly ``count`` open streams on this hub; False after ``timeout``
+        seconds."""
         with self._changed:
             return self._changed.wait_for(lambda: self._open.get(account, 0) == count, timeout)

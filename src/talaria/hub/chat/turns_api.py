@@ -19,13 +19,14 @@ from talaria.accounts.service import Account
 from talaria.canonical import canonical_json
 from talaria.chat.attachments import attachment_json, of_messages
 from talaria.chat.records import ChatTurn, approval_json, message_json, turn_json
-from talaria.chat.turn_writes import pending
+from talaria.chat.turn_writes import Ended, pending
 from talaria.chat.turns import Accepted
 from talaria.errors import TalariaError
 from talaria.hub.api.deps import HubDep, UserDep
 from talaria.hub.api.views import LimitQuery, decode_cursor, encode_cursor, page_limit
 from talaria.hub.api.websession import WebRoute
 from talaria.hub.chat.conversations_api import conversation_json
+from talaria.hub.chat.stream_events import Emits, Staged
 from talaria.hub.openapi import refusals
 from talaria.hub.resources import Hub
 from talaria.limits import (
@@ -34,6 +35,7 @@ from talaria.limits import (
     MAX_CLARIFY_ANSWER_CHARS,
     MAX_IDEMPOTENCY_KEY_CHARS,
 )
+from talaria.store.interface import Tx
 from talaria.text_rules import MULTI_LINE_PATTERN, TextRefused, multi_line
 
 router = APIRouter(prefix="/api/conversations", tags=["conversations"], route_class=WebRoute)
@@ -101,13 +103,19 @@ async def send_message(conversation_id: ConversationId, request: Request, user: 
     text, attachments, body = turn_body(await request.body())
 
     def accept() -> Accepted:
-        # committed and announced under the conversation's event lock: a snapshot is exactly the events up to its id
+        # committed with its events, under the conversation's event lock: a snapshot is exactly the events up to its id
+        staged: list[Staged] = []
+
+        def announce(tx: Tx, made: Accepted) -> None:
+            staged.append(hub.chat_events.stage(tx, conversation_id, _announced(hub, tx, user.account, made)))
+
         with hub.chat_events.locked(conversation_id):
             accepted = hub.chat_turns.accept(
-                user.account, conversation_id, text=text, body=body, key=key, attachment_ids=attachments
-            )
-            if not accepted.replayed:
-                _announce(hub, user.account, accepted)
+                user.account, conversation_id, text=text, body=body, key=key, attachment_ids=attachments,
+                accepted=announce,
+            )  # fmt: skip
+            for made in staged:
+                hub.chat_events.send(made)
         return accepted
 
     accepted = await run_in_threadpool(accept)
@@ -117,13 +125,14 @@ async def send_message(conversation_id: ConversationId, request: Request, user: 
     return Response(accepted.body, status_code=202, media_type="application/json", headers=headers)
 
 
-def _announce(hub: Hub, account: Account, accepted: Accepted) -> None:
+def _announced(hub: Hub, tx: Tx, account: Account, accepted: Accepted) -> Emits:
     conversation_id = accepted.turn.conversation_id
     data = {"turn": turn_json(accepted.turn), "message": message_json(accepted.message, accepted.attachments)}
-    hub.chat_events.emit(conversation_id, "turn.started", data)
+    emits: list[tuple[str, dict[str, Any]]] = [("turn.started", data)]
     if accepted.retitled:
-        conversation = hub.conversations.get(account, conversation_id)
-        hub.chat_events.emit(conversation_id, "conversation.updated", {"conversation": conversation_json(conversation)})
+        conversation = hub.conversations.visible(tx, account, conversation_id)
+        emits.append(("conversation.updated", {"conversation": conversation_json(conversation)}))
+    return emits
 
 
 @router.get("/{conversation_id}/messages", openapi_extra=refusals("not_found", "invalid_request"))
@@ -140,9 +149,11 @@ async def list_messages(
             found = hub.chat_turns.messages(tx, conversation_id, before=before, limit=size + 1)
             held = of_messages(tx, conversation_id)
             live = hub.chat_turns.live(tx, conversation_id)
-            draft = hub.chat_engine.draft(conversation_id) if live is not None else None
+            draft = None
+            if live is not None:
+                draft = hub.chat_events.draft(tx, conversation_id, live.id, hub.chat_engine.draft)
             waiting = [approval_json(a) for a in pending(tx, live.id)] if live is not None else []
-            last = hub.chat_events.last_event_id(conversation_id)
+            last = hub.chat_events.last_event_id(conversation_id, tx)
         more, page = len(found) > size, found[:size]
         return {
             "messages": [message_json(m, [attachment_json(a) for a in held.get(m.id, [])]) for m in page],
@@ -199,10 +210,15 @@ async def get_turn(conversation_id: ConversationId, turn_id: str, user: UserDep,
 async def stop_turn(conversation_id: ConversationId, turn_id: str, user: UserDep, hub: HubDep) -> Response:
 
     def stop() -> ChatTurn:
+        staged: list[Staged] = []
+
+        def announce(tx: Tx, ended: Ended) -> None:
+            staged.append(hub.chat_events.stage(tx, conversation_id, hub.chat_engine.ended_events(ended)))
+
         with hub.chat_events.locked(conversation_id):
-            turn, ended = hub.chat_turns.stop(user.account, conversation_id, turn_id)
-            for kind, data in hub.chat_engine.ended_events(ended) if ended is not None else []:
-                hub.chat_events.emit(conversation_id, kind, data)
+            turn, _ = hub.chat_turns.stop(user.account, conversation_id, turn_id, ended=announce)
+            for made in staged:
+                hub.chat_events.send(made)
         hub.chat_engine.stop_recovering(turn)
         return turn
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from talaria.hub.chat.events import ChatEvents
+from talaria.hub.chat.stream_events import StreamEvents
 from talaria.hub.turns.chat_engine import ChatEngine
 from talaria.lifecycle.engine import Engine
 from talaria.store.interface import Store
@@ -29,10 +29,11 @@ TURN_ENDS = frozenset({"turn.completed", "turn.failed", "turn.interrupted", "tur
 
 class TeamReconciler:
     def __init__(
-        self, reconcile: Reconcile, *, store: Store, engine: Engine, chat: ChatEngine, events: ChatEvents,
+        self, reconcile: Reconcile, *, store: Store, engine: Engine, chat: ChatEngine, events: StreamEvents,
         interval_s: float, may_run: Callable[[], bool] = lambda: True,
     ) -> None:  # fmt: skip
         self.reconcile = reconcile
+        reconcile.deliveries.stage = chat.stage_enqueued
         self.may_run = may_run  # PostgreSQL: the replica holding ``maintenance`` runs the passes (ADR 0051)
         self.store = store
         self.engine = engine
@@ -92,8 +93,8 @@ class TeamReconciler:
     def _after(self, effects: Effects) -> None:
         if effects.signals:
             self.engine.emit(effects.signals)
-        for enqueued in effects.enqueued:
-            self.chat.announce(enqueued)
+        for staged in effects.staged:
+            self.chat.announce(staged)
         for goal_id in sorted(effects.goals):
             self._show(goal_id)
 

@@ -20,7 +20,7 @@ from talaria.chat.usage import public as public_usage
 from talaria.chat.usage import turn_usage
 from talaria.clock import Clock
 from talaria.errors import RETRIED_CONFLICTS, StoreConflict
-from talaria.hub.chat.events import ChatEvents
+from talaria.hub.chat.stream_events import StreamEvents
 from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
 from talaria.hub.runners.slots import LocalSlots, RunnerSlots
 from talaria.hub.runners.transport import RunnerTransport
@@ -52,7 +52,7 @@ class Place:
 class ChatContext:
     def __init__(
         self, *, store: Store, clock: Clock, settings: Settings, key: AuditKey, accounts: Accounts,
-        allowed: Allowed, registry: RunnerRegistry, runners: RunnerTransport, driver: TurnDriver, events: ChatEvents,
+        allowed: Allowed, registry: RunnerRegistry, runners: RunnerTransport, driver: TurnDriver, events: StreamEvents,
         timings: HubTimings, team_calls: TeamToolCalls | None = None, leases: TurnLeases | None = None,
         signals: Signals | None = None, slots: RunnerSlots | None = None,
     ) -> None:  # fmt: skip
@@ -126,7 +126,8 @@ class ChatContext:
             raise
 
     def _write(self, conversation_id: str, write: Any, *, fence: str | None = None) -> None:
-        """Commit ``write(tx)``, then emit the events it returns, under the conversation's event lock; ``fence``:
+        """Commit ``write(tx)`` with the events it returns (staged in its transaction, sent after its commit), under
+        the conversation's event lock; ``fence``:
         the turn whose owner writes (``LeaseLost`` once that is no longer this hub). A transaction PostgreSQL gave up
         for a concurrent one runs ``write`` again (3 attempts in all), so ``write`` keeps nothing of a try but its
         return value."""
@@ -136,13 +137,12 @@ class ChatContext:
                     with self.store.write() as tx:
                         if fence is not None:
                             self.fence(tx, fence)
-                        emits = write(tx)
+                        staged = self.events.stage(tx, conversation_id, write(tx))
                     break
                 except StoreConflict:
                     if attempt == RETRIED_CONFLICTS:
                         raise
-            for kind, data in emits:
-                self.events.emit(conversation_id, kind, data)
+            self.events.send(staged)
 
     def _partial(self, stream: TurnStream) -> NewMessage | None:
         draft = stream.draft

@@ -27,13 +27,14 @@ import structlog
 from talaria.chat.automatic import Enqueued
 from talaria.chat.records import ChatTurn, message_json, turn_json
 from talaria.errors import TalariaError
+from talaria.hub.chat.stream_events import Staged
 from talaria.hub.turns.chat_answers import AnswerEntries
 from talaria.hub.turns.chat_context import TURN_CHANNEL
 from talaria.hub.turns.chat_run import RunEntries
 from talaria.hub.turns.driver import ACCESS_REVOKED
 from talaria.hub.turns.turn_leases import GIVE_UP_MS, LeaseLost
 from talaria.lifecycle.actor import Actor
-from talaria.store.interface import Row
+from talaria.store.interface import Row, Tx
 
 log = structlog.get_logger("talaria.chat")
 
@@ -69,16 +70,23 @@ class ChatEngine(RunEntries, AnswerEntries):
         """Look for turns to run now (one was accepted, a runner connected)."""
         self._wake.set()
 
-    def announce(self, enqueued: Enqueued) -> None:
-        """After the commit that enqueued an automatic turn (or stored a system message, chat.md 5.10): the
-        trigger's ``message.complete``, then ``turn.started`` if the turn is ``pending``. Any thread."""
-        cid = enqueued.conversation_id
+    def stage_enqueued(self, tx: Tx, enqueued: Enqueued) -> Staged:
+        """In the transaction that enqueued an automatic turn (or stored a system message, chat.md 5.10): the
+        trigger's ``message.complete``, then ``turn.started`` if the turn is ``pending``; ``announce`` them after
+        its commit."""
         message = message_json(enqueued.message)
-        with self.events.locked(cid):
-            self.events.emit(cid, "message.complete", {"turnId": enqueued.message.turn_id, "message": message})
-            turn = enqueued.turn
-            if turn is not None and turn.state == "pending":
-                self.events.emit(cid, "turn.started", {"turn": turn_json(turn), "message": message})
+        emits: list[tuple[str, dict[str, Any]]] = [
+            ("message.complete", {"turnId": enqueued.message.turn_id, "message": message})
+        ]
+        turn = enqueued.turn
+        if turn is not None and turn.state == "pending":
+            emits.append(("turn.started", {"turn": turn_json(turn), "message": message}))
+        return self.events.stage(tx, enqueued.conversation_id, emits)
+
+    def announce(self, staged: Staged) -> None:
+        """After the commit of ``stage_enqueued``: send its events and look for the turn to run. Any thread."""
+        with self.events.locked(staged.conversation_id):
+            self.events.send(staged)
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self.wake)
 

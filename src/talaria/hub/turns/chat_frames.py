@@ -1,13 +1,14 @@
 """One live chat turn's Hermes frames made into stored messages and stream events (chat.md 4.3, 5.5).
 
 A *draft* is the streamed, unstored assistant text of the live turn, under its own message id; ``message.delta``
-appends to it (and is streamed at once, without a write). ``tool.start`` stores a non-empty draft (assistant,
-``final: false``, ``complete``) and then the tool message (``running``); ``tool.complete`` marks it ``done`` with
-its summary and duration. Hermes' ``error`` stores a system message. Reasoning, thinking and the session's system
-prompt are never stored, streamed or logged.
+appends to it (and is streamed at once: in one hub without a write, on PostgreSQL as one ``stream_event`` row).
+``tool.start`` stores a non-empty draft (assistant, ``final: false``, ``complete``) and then the tool message
+(``running``); ``tool.complete`` marks it ``done`` with its summary and duration. Hermes' ``error`` stores a system
+message. Reasoning, thinking and the session's system prompt are never stored, streamed or logged.
 
-Every stored change is committed and then emitted under the conversation's event lock, so that a snapshot (the
-messages read plus the draft and ``lastEventId``) is exactly the events up to its id.
+Every stored change is committed with its events (staged in its transaction, sent after it) under the
+conversation's event lock, so that a snapshot (the messages read plus the draft and ``lastEventId``) is exactly the
+events up to its id.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from talaria.chat.records import ChatMessage, approval_json, message_json
 from talaria.chat.turn_writes import NewMessage, cut_tool_text, store_message
 from talaria.chat.usage import totals_of
 from talaria.clock import Clock
-from talaria.hub.chat.events import ChatEvents
+from talaria.hub.chat.stream_events import StreamEvents
 from talaria.hub.turns.driver import TurnResult
 from talaria.ids import mint
 from talaria.store.interface import Store, Tx
@@ -47,7 +48,7 @@ class TurnStream:
 
     store: Store
     clock: Clock
-    events: ChatEvents
+    events: StreamEvents
     conversation_id: str
     turn_id: str
     bot_id: str
@@ -89,7 +90,7 @@ class TurnStream:
         payload: dict[str, Any] = raw if isinstance(raw, dict) else {}
         kind = frame.get("type")
         if kind == "message.delta":
-            self.delta(str(payload.get("text", "")))
+            await asyncio.to_thread(self.delta, str(payload.get("text", "")))
         elif kind == "tool.start":
             await asyncio.to_thread(self._tool_started, payload)
         elif kind == "tool.complete":
@@ -125,18 +126,20 @@ class TurnStream:
             draft = self.draft
             draft.text += text
             data = {"turnId": self.turn_id, "messageId": draft.message_id, "text": text}
-            self.events.emit(self.conversation_id, "message.delta", data)
+            self.events.emit(self.conversation_id, "message.delta", data, fence=self._fence)
 
     def store_and_emit(self, write: Callable[[Tx], list[tuple[str, dict[str, Any]]]]) -> None:
-        """Commit ``write``, then emit the events it returns, under the conversation's event lock."""
+        """Commit ``write`` with the events it returns, under the conversation's event lock."""
         with self.events.locked(self.conversation_id):
             if self.closed:
                 return
             with self.store.write() as tx:
                 self.fence(tx, self.turn_id)
-                emits = write(tx)
-            for kind, data in emits:
-                self.events.emit(self.conversation_id, kind, data)
+                staged = self.events.stage(tx, self.conversation_id, write(tx))
+            self.events.send(staged)
+
+    def _fence(self, tx: Tx) -> None:
+        self.fence(tx, self.turn_id)
 
     def _flush_draft(self, tx: Tx, now: int) -> list[tuple[str, dict[str, Any]]]:
         draft = self.draft

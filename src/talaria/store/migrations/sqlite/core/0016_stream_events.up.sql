@@ -1,0 +1,3 @@
+-- additive: true
+-- Stream events, drafts and open streams are in tables on PostgreSQL only (scale.md 4.2, 3.7): a SQLite directory
+-- has one hub, which keeps them in memory (chat.md 4.2), so this step changes nothing here.

@@ -34,7 +34,8 @@ def enqueue(node: Node, conversation_id: str, name: str) -> Enqueued:
             tx, conversation_id, content=f"Report {name} arrived.", prompt=f"report {name}: summarise it",
             reference=None, actor=hub.chat_engine.actor("default"), key=hub.chat_engine.key, now_ms=hub.clock.now_ms(),
         )  # fmt: skip
-    hub.chat_engine.announce(made)
+        staged = hub.chat_engine.stage_enqueued(tx, made)
+    hub.chat_engine.announce(staged)
     return made
 
 

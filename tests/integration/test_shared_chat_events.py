@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +79,13 @@ def read(subscription: Subscription, count: int, timeout: float = 10) -> list[Ch
         return got
 
     return asyncio.run(take())
+
+
+def until(done: Callable[[], bool], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
 
 
 def ids(events: list[ChatEvent]) -> list[int | None]:
@@ -177,6 +185,7 @@ def test_a_follower_whose_next_events_were_dropped_is_ended(pair: Pair) -> None:
     a = pair.replica(retained=3)
     b = pair.replica(listen=False, fallback_ms=60_000)  # woken by its own sends only
     behind = b.subscribe(CID, None)
+    until(lambda: b.reads >= 1)  # its first read (nothing yet); no wake-up comes before its own send
     emit(a, 10)  # 8..10 retained; b's follower has read none of them
     emit(b, 1)
     assert read(behind, 1, timeout=5) == []

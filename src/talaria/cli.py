@@ -13,7 +13,7 @@ from talaria import __version__
 from talaria.errors import SettingsError, TalariaError
 from talaria.logs import configure_logging
 from talaria.settings import Settings, load_offline_settings, load_settings
-from talaria.store.interface import Store
+from talaria.store.interface import Row, Store
 from talaria.store.open import SQLITE_NAME, open_sqlite, open_store
 
 
@@ -181,14 +181,11 @@ def cmd_db(args: argparse.Namespace) -> int:
             count = len(migrations.available("sqlite", name))
             print(f"{name}: version 0 of {count} ({count} pending; no database in {data_dir} yet)")
         return 0
-    if args.action == "downgrade" and settings.database_url:
-        from talaria.store.postgres.admin import hub_running
-
-        if hub_running(settings.database_url):
-            print("talaria db downgrade: a hub uses this database; stop every replica first", file=sys.stderr)
-            return 1
     store = _store_for(args, create=args.action == "upgrade")
     try:
+        if args.action == "downgrade" and settings.database_url and _live_replicas(store):
+            print("talaria db downgrade: a hub uses this database; stop every replica first", file=sys.stderr)
+            return 1
         if args.action == "status":
             have, want = migrations.current(store), migrations.latest(store)
             for name in migrations.SETS:
@@ -201,7 +198,7 @@ def cmd_db(args: argparse.Namespace) -> int:
                 )
                 print(f"{name}: version {have[name]} of {want[name]} ({state})")
             if settings.database_url:
-                print(_postgres_status(settings.database_url))
+                print(_postgres_status(settings.database_url, len(_live_replicas(store))))
                 for line in _cluster_status(store):
                     print(line)
         elif args.action == "upgrade":
@@ -257,14 +254,22 @@ def _db_target(text: str) -> int | str:
     return int(text) if text.isdigit() else text
 
 
-def _cluster_status(store: Store) -> list[str]:
-    """Scale.md 5's other ``db status`` lines on PostgreSQL: live replicas, role holders, the unsealed count."""
+def _live_replicas(store: Store) -> list[Row]:
+    """The hub replicas of a PostgreSQL database that are live (renewed within 20 s, scale.md 1)."""
     from talaria.clock import SystemClock
     from talaria.hub.replica import LIVE_MS
 
-    now = SystemClock().now_ms()
     with store.read() as tx:
-        live = tx.all("hub_replica_live", since=now - LIVE_MS)
+        return tx.all("hub_replica_live", since=SystemClock().now_ms() - LIVE_MS)
+
+
+def _cluster_status(store: Store) -> list[str]:
+    """Scale.md 5's other ``db status`` lines on PostgreSQL: live replicas, role holders, the unsealed count."""
+    from talaria.clock import SystemClock
+
+    now = SystemClock().now_ms()
+    live = _live_replicas(store)
+    with store.read() as tx:
         roles = tx.all("hub_role_lease_list")
         waiting = tx.one("audit_pending_count")
     lines = [f"replica {r['id']}: release {r['release']}, settings {r['settings_digest'][:16]}" for r in live]
@@ -273,13 +278,13 @@ def _cluster_status(store: Store) -> list[str]:
     return lines
 
 
-def _postgres_status(url: str) -> str:
-    """Scale.md 5's extra ``db status`` line on PostgreSQL: the server and whether a hub holds the database."""
-    from talaria.store.postgres.admin import check_server, hub_running
+def _postgres_status(url: str, live: int) -> str:
+    """Scale.md 5's extra ``db status`` line on PostgreSQL: the server and how many hub replicas run on it."""
+    from talaria.store.postgres.admin import check_server
 
     version = check_server(url)
-    hub = "a hub is running on it" if hub_running(url) else "no hub is running on it"
-    return f"server: PostgreSQL {version // 10000}.{version % 10000}; {hub}"
+    hubs = "no hub is running on it" if not live else f"{live} hub replica(s) running on it"
+    return f"server: PostgreSQL {version // 10000}.{version % 10000}; {hubs}"
 
 
 def cmd_runner(args: argparse.Namespace) -> int:

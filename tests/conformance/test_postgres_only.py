@@ -1,6 +1,6 @@
 """What only the PostgreSQL backend has (scale.md 2.3, 2.5; ADR 0041), on the worker's PostgreSQL 15: the migration
-lock, append-only audit triggers that also refuse TRUNCATE, byte-ordered text whatever the database's locale, and
-the one-hub lock."""
+lock, append-only audit triggers that also refuse TRUNCATE, byte-ordered text whatever the database's locale, and the
+hub keys as rows."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from talaria.errors import StoreUnavailable
 from talaria.store import migrations
 from talaria.store.hub_keys import hub_key
 from talaria.store.postgres import admin
@@ -96,18 +95,6 @@ def test_text_orders_by_bytes_in_a_database_of_another_locale(postgres_server: P
     finally:
         store.close()
         admin.drop_database(postgres_server.url(), name)
-
-
-def test_a_second_hub_lock_is_refused_until_the_first_is_released(url: str) -> None:
-    first = admin.single_hub_lock(url)
-    try:
-        assert admin.hub_running(url)
-        with pytest.raises(StoreUnavailable, match="another hub uses this database"):
-            admin.single_hub_lock(url)
-    finally:
-        first.release()
-    assert not admin.hub_running(url)
-    admin.single_hub_lock(url).release()
 
 
 def test_the_hub_keys_are_rows_made_once_and_a_kept_file_carries_over(

@@ -3,19 +3,11 @@ round-robin TCP proxy in front of both, the Hermes fixture, and alice signed in 
 driven by the replica holding its ``turn_lease``: a replica starting up does not take over another's running turn;
 a replica that stops leaves its running turn to the other, which recovers it from Hermes without prompting again; a
 stop accepted by the replica not driving the turn reaches the one that does.
-
-``talaria hub`` still holds the one-hub lock (ADR 0041); these tests open the replicas without it, as
-test_runner_replicas does.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -25,134 +17,19 @@ from talaria.hub.timings import HubTimings
 from talaria.hub.turns.turn_leases import LeaseLost, SharedTurnLeases
 from talaria.settings import Settings
 from talaria.store.open import open_store
-from talaria.store.postgres import admin
-from talaria.testing.hermes_fixture import HermesFixture
-from talaria.testing.hub_server import HubServer
 from talaria.testing.postgres_server import PostgresServer
 from tests.backends import postgres_database, raw_sql
 from tests.conftest import add_account, login
 from tests.hermes.chat_support import Stream, make_bot, messages, send, start_chat, wait_turn
-from tests.integration.runner_support import RunnerProcess, register_node
-from tests.tcp_proxy import TcpProxy
+from tests.integration.replicas_support import HOLD, cluster, until
 
 pytestmark = pytest.mark.usefixtures("fast_argon2")
 
-HOLD = 120.0  # seconds before each delta of a held turn: it runs until the test lets it go
-T = TypeVar("T")
-
-
-class _NoLock:
-    def release(self) -> None:
-        pass
-
-
-@dataclass
-class Cluster:
-    url: str
-    hubs: dict[str, HubServer]
-    hermes: HermesFixture
-    runner: RunnerProcess
-    proxy: TcpProxy
-    clients: dict[str, httpx.Client]
-    conversation_id: str
-
-    timings: HubTimings | None = None
-
-    def start(self, name: str, tmp_path: Path, timings: HubTimings | None = None, **settings: Any) -> HubServer:
-        hub = HubServer(tmp_path / name, SystemClock(), database_url=self.url, timings=timings or self.timings,
-                        **settings).start()  # fmt: skip
-        self.hubs[name] = hub
-        self.proxy.backends.append(("127.0.0.1", port_of(hub)))
-        self.clients[name] = login(hub, "alice")
-        return hub
-
-    def stop(self, name: str) -> None:
-        hub = self.hubs.pop(name)
-        self.clients.pop(name).close()
-        self.proxy.backends.remove(("127.0.0.1", port_of(hub)))
-        hub.stop()
-
-    def holder(self, turn_id: str) -> str | None:
-        """The hub (by name) holding the turn's lease now."""
-        rows = raw_sql(Settings(database_url=self.url), "SELECT holder FROM turn_lease WHERE turn_id = ?", turn_id)
-        ids = {hub.hub.replica.id: name for name, hub in self.hubs.items() if hub.hub.replica is not None}
-        return ids.get(rows[0]["holder"]) if rows and rows[0]["holder"] else None
-
-    def driver_and_other(self, turn_id: str) -> tuple[str, str]:
-        """The hub driving the turn (once it holds the lease) and the other one."""
-        driver = until(lambda: self.holder(turn_id))
-        return driver, next(name for name in self.hubs if name != driver)
-
-    def held_turn(self, via: str, text: str) -> str:
-        """A turn sent through hub ``via`` whose Hermes run holds before its first delta, once it runs."""
-        self.hermes.delta_delay_for(text, HOLD)
-        sent = send(self.clients[via], self.conversation_id, text)
-        assert sent.status_code == 202, sent.text
-        turn_id: str = sent.json()["turn"]["id"]
-        self.hermes.wait_for(lambda: self.hermes.prompt_count(text) == 1, timeout=30)
-        settings = Settings(database_url=self.url)
-        until(
-            lambda: (
-                raw_sql(settings, "SELECT 1 FROM chat_turn WHERE id = ? AND submit_state = 'submitted'", turn_id)
-                or None
-            )
-        )
-        return turn_id
-
-
-def port_of(hub: HubServer) -> int:
-    return int(hub.url.rsplit(":", 1)[1])
-
-
-def until(found: Callable[[], T | None], timeout: float = 30.0) -> T:
-    deadline = time.monotonic() + timeout
-    while (value := found()) is None:
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-    return value
-
-
-@contextmanager
-def cluster(
-    server: PostgresServer,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    names: tuple[str, ...] = ("a", "b"),
-    timings: HubTimings | None = None,
-    **settings: Any,
-) -> Iterator[Cluster]:
-    monkeypatch.setattr(admin, "single_hub_lock", lambda url: _NoLock())
-    with HermesFixture() as hermes, postgres_database(server, migrated=True) as url:
-        proxy = TcpProxy([]).start()
-        made = Cluster(url, {}, hermes, None, proxy, {}, "", timings)  # type: ignore[arg-type]
-        try:
-            first = HubServer(tmp_path / names[0], SystemClock(), database_url=url, timings=timings, **settings).start()
-            add_account(first, "alice", allowed_profiles={"local": ["default"]})
-            made.hubs[names[0]] = first
-            proxy.backends.append(("127.0.0.1", port_of(first)))
-            made.clients[names[0]] = login(first, "alice")
-            for name in names[1:]:
-                made.start(name, tmp_path, **settings)
-            path = register_node(first, tmp_path / "node", hermes_url=hermes.url, session_token=hermes.session_token,
-                                 serverURL=proxy.url)  # fmt: skip
-            made.runner = RunnerProcess(path, tmp_path / "logs", "runner")
-            made.runner.wait_for("runner connected")
-            made.conversation_id = start_chat(made.clients[names[0]], make_bot(made.clients[names[0]]))
-            yield made
-        finally:
-            if made.runner is not None:
-                made.runner.close()
-            for client in made.clients.values():
-                client.close()
-            for hub in made.hubs.values():
-                hub.stop()
-            proxy.stop()
-
 
 def test_a_replica_starting_up_leaves_the_running_turn_of_another_alone(
-    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
-    with cluster(postgres_server, tmp_path, monkeypatch, names=("a",)) as both:
+    with cluster(postgres_server, tmp_path, names=("a",)) as both:
         turn_id = both.held_turn("a", "hold while b starts")
         stream = Stream(both.clients["a"], both.conversation_id)
         b = both.start("b", tmp_path)
@@ -170,9 +47,9 @@ def test_a_replica_starting_up_leaves_the_running_turn_of_another_alone(
 
 
 def test_a_replica_that_stops_leaves_its_running_turn_to_the_other_which_recovers_it_without_a_new_prompt(
-    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
-    with cluster(postgres_server, tmp_path, monkeypatch) as both:
+    with cluster(postgres_server, tmp_path) as both:
         turn_id = both.held_turn("a", "hold while its driver stops")
         driver, other = both.driver_and_other(turn_id)
         both.stop(driver)
@@ -186,9 +63,9 @@ def test_a_replica_that_stops_leaves_its_running_turn_to_the_other_which_recover
 
 
 def test_a_stop_accepted_by_the_replica_not_driving_the_turn_interrupts_it(
-    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
-    with cluster(postgres_server, tmp_path, monkeypatch) as both:
+    with cluster(postgres_server, tmp_path) as both:
         turn_id = both.held_turn("a", "hold until stopped elsewhere")
         _driver, other = both.driver_and_other(turn_id)
         answer = both.clients[other].post(f"/api/conversations/{both.conversation_id}/turns/{turn_id}/stop")
@@ -201,10 +78,10 @@ def test_a_stop_accepted_by_the_replica_not_driving_the_turn_interrupts_it(
 
 
 def test_a_replica_whose_turn_lease_was_taken_stops_driving_the_turn_without_a_write_or_an_interrupt(
-    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
     timings = HubTimings(turn_lease_renew_s=0.2)
-    with cluster(postgres_server, tmp_path, monkeypatch, timings=timings) as both:
+    with cluster(postgres_server, tmp_path, timings=timings) as both:
         turn_id = both.held_turn("a", "hold while its lease moves")
         driver = both.hubs[until(lambda: both.holder(turn_id))]
         settings = Settings(database_url=both.url)
@@ -227,12 +104,10 @@ def test_a_replica_whose_turn_lease_was_taken_stops_driving_the_turn_without_a_w
         assert both.hermes.prompt_count("hold while its lease moves") == 1
 
 
-def test_chat_per_runner_holds_across_replicas(
-    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_chat_per_runner_holds_across_replicas(postgres_server: PostgresServer, tmp_path: Path) -> None:
     # a scans only when woken (its own acceptances and ends): the second turn, accepted by b, is b's to drive
     quiet = HubTimings(dispatcher_scan_s=3600)
-    with cluster(postgres_server, tmp_path, monkeypatch, names=("a",), timings=quiet, chat_per_runner=1) as both:
+    with cluster(postgres_server, tmp_path, names=("a",), timings=quiet, chat_per_runner=1) as both:
         first = both.held_turn("a", "hold the only chat slot")
         both.start("b", tmp_path, timings=HubTimings(), chat_per_runner=1)
         other = start_chat(both.clients["b"], make_bot(both.clients["b"], name="Second"))
@@ -249,10 +124,8 @@ def test_chat_per_runner_holds_across_replicas(
         assert both.hermes.prompt_count("wait for the slot") == 1
 
 
-def test_dispatcher_per_runner_holds_across_replicas(
-    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    with cluster(postgres_server, tmp_path, monkeypatch, dispatcher_per_runner=1) as both:
+def test_dispatcher_per_runner_holds_across_replicas(postgres_server: PostgresServer, tmp_path: Path) -> None:
+    with cluster(postgres_server, tmp_path, dispatcher_per_runner=1) as both:
         add_account(both.hubs["a"], "bob", "admin", allowed_profiles={"local": ["default"]})
         alice, bob = both.clients["a"], login(both.hubs["b"], "bob")
         both.hermes.delta_delay_for("held job", HOLD)
@@ -318,13 +191,13 @@ def test_a_turn_lease_is_taken_once_fenced_and_taken_over_from_a_replica_no_long
 
 
 def test_a_browser_on_the_replica_not_driving_a_turn_follows_it_and_resumes_through_the_other(
-    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
     """Scale.md 4.2: the events of a turn driven by one replica reach a stream on the other with strictly
     increasing ids and every delta once; a snapshot read there holds the draft of exactly the events up to its
     ``lastEventId``; a reconnect through the driving replica resumes without loss or repetition."""
     text = "stream it through the other replica"
-    with cluster(postgres_server, tmp_path, monkeypatch) as both:
+    with cluster(postgres_server, tmp_path) as both:
         cid = both.conversation_id
         turn_id = both.held_turn("a", text)
         driver, other = both.driver_and_other(turn_id)
@@ -353,10 +226,8 @@ def test_a_browser_on_the_replica_not_driving_a_turn_follows_it_and_resumes_thro
         again.close()
 
 
-def test_open_event_streams_count_across_replicas(
-    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    with cluster(postgres_server, tmp_path, monkeypatch) as both:
+def test_open_event_streams_count_across_replicas(postgres_server: PostgresServer, tmp_path: Path) -> None:
+    with cluster(postgres_server, tmp_path) as both:
         path = f"/api/conversations/{both.conversation_id}/events"
         streams = [Stream(both.clients["ab"[i % 2]], both.conversation_id) for i in range(8)]
         assert [s.status for s in streams] == [200] * 8

@@ -68,7 +68,7 @@ def test_downgrade_is_refused_while_a_hub_uses_the_database(tmp_path: Path, url:
         hub.ready()
         status = talaria("db", "status", cwd=tmp_path, env=env)
         lines = status.stdout.splitlines()
-        assert any(line.endswith("; a hub is running on it") for line in lines), lines
+        assert any(line.endswith("; 1 hub replica(s) running on it") for line in lines), lines
         (replica,) = [line for line in lines if line.startswith("replica ")]
         assert re.fullmatch(r"replica (rep_\w{26}): release \S+, settings [0-9a-f]{16}", replica), replica
         holder = replica.split()[1].rstrip(":")

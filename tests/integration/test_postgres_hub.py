@@ -1,6 +1,6 @@
-"""``talaria hub`` on PostgreSQL as a real process (scale.md 2.1, 6.2; ADR 0041): it migrates, serves and refuses a
-second hub on the same database; a wrong, unreachable or driverless ``database.url`` stops it before it binds with
-one line, and the URL's password is in no output."""
+"""``talaria hub`` on PostgreSQL as a real process (scale.md 2.1, 6.2; ADR 0041, 0053): it migrates and serves, and
+a second hub on the same database joins it as a replica; a wrong, unreachable or driverless ``database.url`` stops
+it before it binds with one line, and the URL's password is in no output."""
 
 from __future__ import annotations
 
@@ -34,30 +34,34 @@ def hub_env(tmp_path: Path, url: str) -> dict[str, str]:
     return clean_env(TALARIA_DATABASE_URL=url, TALARIA_DATA_DIR=str(tmp_path / "data"))
 
 
-def test_a_hub_migrates_serves_and_keeps_a_second_hub_out(tmp_path: Path, database: str) -> None:
+def test_a_hub_migrates_serves_and_a_second_hub_joins_it_as_a_replica(tmp_path: Path, database: str) -> None:
     hub = HubProcess(tmp_path, ["--port", "0"], hub_env(tmp_path, database))
+    (tmp_path / "second").mkdir()
+    second = HubProcess(tmp_path / "second", ["--port", "0"], hub_env(tmp_path / "second", database))
     try:
         line, url = hub.ready()
         assert httpx.get(f"{url}/readyz", timeout=10).status_code == 200
-        second = talaria("hub", "--port", "0", cwd=tmp_path, env=hub_env(tmp_path, database))
-        assert second.returncode == 1
-        assert second.stderr.strip().splitlines() == [
-            "talaria hub: another hub uses this database (several hub replicas are not supported yet)"
-        ]
+        second_line, second_url = second.ready()
+        assert httpx.get(f"{second_url}/readyz", timeout=10).status_code == 200
+        replicas = raw_sql(Settings(database_url=database), "SELECT id FROM hub_replica")
+        assert len(replicas) == 2, "each replica has its own row (scale.md 1)"
+        assert second.stop(signal.SIGTERM)[0] == 0
         code, _ = hub.stop(signal.SIGTERM)
         assert code == 0
-        output = hub.stderr() + line + second.stdout + second.stderr
+        output = hub.stderr() + line + second.stderr() + second_line
     finally:
+        second.close()
         hub.close()
     assert PASSWORD not in output
     assert '"migrations_applied"' in output
     assert not (tmp_path / "data" / "talaria.sqlite3").exists()  # nothing went to SQLite
     versions = raw_sql(Settings(database_url=database), "SELECT migration_set, version FROM schema_version")
     assert {row["migration_set"] for row in versions} == {"core", "lifecycle", "team"}
-    # the lock went with the hub: another one starts now
+    # a stopped replica left: one started again joins alone
     again = HubProcess(tmp_path, ["--port", "0"], hub_env(tmp_path, database))
     try:
         again.ready()
+        assert len(raw_sql(Settings(database_url=database), "SELECT id FROM hub_replica")) == 1
         assert again.stop(signal.SIGTERM)[0] == 0
     finally:
         again.close()

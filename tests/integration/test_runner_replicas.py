@@ -4,9 +4,6 @@ that replica B reads for ``admit`` and writes ``event`` frames to; A's gateway q
 
 The last tests show what else two replicas share: the reaper's table-wide attachment sweep and the team
 reconciler's passes run on the replica holding ``maintenance``; failed sign-ins count across replicas.
-
-``talaria hub`` still holds the one-hub lock (ADR 0041) until every write path takes row locks; the runner hub's
-own paths do, and these tests open the replicas without that lock to show it.
 """
 
 from __future__ import annotations
@@ -29,7 +26,6 @@ from talaria.hub.runners.connection_state import AccountRef, Gateway, Grant, Too
 from talaria.hub.runners.shared_connections import SharedRunnerHub
 from talaria.limits import LOGIN_MAX_FAILURES
 from talaria.settings import Settings
-from talaria.store.postgres import admin
 from talaria.testing.hub_server import HubServer
 from talaria.testing.postgres_server import PostgresServer
 from tests.backends import postgres_database, raw_sql
@@ -75,16 +71,8 @@ class Pair:
         self.admin.close()
 
 
-class _NoLock:
-    def release(self) -> None:
-        pass
-
-
 @contextmanager
-def replicas(
-    server: PostgresServer, tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, **settings: Any
-) -> Iterator[Pair]:
-    monkeypatch.setattr(admin, "single_hub_lock", lambda url: _NoLock())
+def replicas(server: PostgresServer, tmp_path: Path, clock: ManualClock, **settings: Any) -> Iterator[Pair]:
     with postgres_database(server, migrated=True) as url:
         made: list[HubServer] = []
         try:
@@ -102,10 +90,8 @@ def replicas(
 
 
 @pytest.fixture
-def pair(
-    postgres_server: PostgresServer, tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Pair]:
-    with replicas(postgres_server, tmp_path, clock, monkeypatch) as both:
+def pair(postgres_server: PostgresServer, tmp_path: Path, clock: ManualClock) -> Iterator[Pair]:
+    with replicas(postgres_server, tmp_path, clock) as both:
         yield both
 
 
@@ -174,10 +160,10 @@ def test_frames_posted_to_either_replica_reach_the_owner_once_in_seq_order(pair:
 
 
 def test_without_notifications_the_owner_finds_frames_by_its_fallback_query(
-    postgres_server: PostgresServer, tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+    postgres_server: PostgresServer, tmp_path: Path, clock: ManualClock
 ) -> None:
     settings = {"database_listen": False, "database_wake_fallback_ms": 100}
-    with replicas(postgres_server, tmp_path, clock, monkeypatch, **settings) as pair:
+    with replicas(postgres_server, tmp_path, clock, **settings) as pair:
         gateway = opened_on_a(pair)
         before = fallback_wakes(pair.a)
         assert_machine_ok(pair.on_b.post("event", frame(gateway, 1, 1)))

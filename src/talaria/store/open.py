@@ -35,8 +35,8 @@ def open_sqlite(data_dir: Path, *, busy_timeout_ms: int = 5000, wal_limit_bytes:
 def open_store(settings: Settings, *, application_name: str = "talaria", hub: bool = False) -> Store:
     """The store ``database.url`` names: empty, the SQLite file of the data directory; else PostgreSQL (the
     ``talaria[postgresql]`` extra), reached and checked here so that a hub stops before it binds, with one line.
-    ``hub``: the store of a running hub, which holds ``hub.lock`` of its SQLite directory, or on PostgreSQL the
-    one-hub lock of this release (ADR 0041)."""
+    ``hub``: the store of a running hub, which holds ``hub.lock`` of its SQLite directory (on PostgreSQL replicas
+    share the database: nothing is held)."""
     if not settings.database_url:
         lock = None
         if hub:  # one SQLite directory, one hub (scale.md 1)
@@ -47,7 +47,7 @@ def open_store(settings: Settings, *, application_name: str = "talaria", hub: bo
             busy_timeout_ms=settings.storage_sqlite_busy_timeout_ms,
             wal_limit_bytes=settings.storage_sqlite_wal_limit_bytes,
         ))  # fmt: skip
-    return open_postgres(settings, application_name=application_name, hub=hub)
+    return open_postgres(settings, application_name=application_name)
 
 
 def check_database(settings: Settings) -> None:
@@ -62,11 +62,10 @@ def check_database(settings: Settings) -> None:
     check_server(settings.database_url)
 
 
-def open_postgres(settings: Settings, *, application_name: str = "talaria", hub: bool = False) -> Store:
+def open_postgres(settings: Settings, *, application_name: str = "talaria") -> Store:
     """The pool's first connection checks the server (``PostgresStore``); ``check_database`` is for a caller that
     must know before it binds."""
     try:
-        from talaria.store.postgres.admin import single_hub_lock
         from talaria.store.postgres.store import PoolSettings, PostgresStore
     except ImportError as exc:
         raise StoreUnavailable(MISSING_DRIVER) from exc
@@ -79,8 +78,7 @@ def open_postgres(settings: Settings, *, application_name: str = "talaria", hub:
         statement_timeout_ms=settings.database_statement_timeout_ms,
         application_name=application_name,
     )
-    lock = single_hub_lock(settings.database_url) if hub else None
-    return _holding(lock, lambda: PostgresStore(settings.database_url, pool))
+    return PostgresStore(settings.database_url, pool)  # replicas share the database (scale.md 1; ADR 0053)
 
 
 def signals_of(store: Store, *, listen: bool) -> Signals:

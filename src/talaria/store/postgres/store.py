@@ -5,15 +5,14 @@ Driver errors become ``StoreUnavailable`` here, as in the SQLite backend: a fail
 statement timeout or no pool connection in time all roll the transaction back and answer 503, never a partial
 effect. Queries are ``sql/postgresql/<entity>.sql`` in the shared ``:name`` style (``params.to_psycopg``).
 
-Until the replica work of scale.md 3 lands, one hub process uses a database (``single_hub_lock``) and this store
-serialises its own write transactions in process, so the code written for SQLite's one writer keeps its meaning
-(ADR 0041).
+Write transactions run concurrently, within a replica as across replicas: what SQLite's one writer made safe is
+held by row locks, conditional updates and lease counters (ADR 0048, 0050), and a transaction PostgreSQL gave up
+for a concurrent one is ``StoreConflict`` (ADR 0053 lifts ADR 0041's in-process write lock).
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -123,7 +122,6 @@ class PostgresStore:
         self.settings = settings or PoolSettings()
         self._url = url
         self._queries = {name: to_psycopg(q.sql) for name, q in load("postgresql").items()}
-        self._write_lock = threading.Lock()
         self._closed = False
         self._on_close: list[Callable[[], None]] = []
         self._watched: dict[str, list[Callable[[], None]]] = {}
@@ -193,7 +191,7 @@ class PostgresStore:
 
     @contextmanager
     def write(self) -> Iterator[_PostgresTx]:
-        with self._write_lock, self._transaction(_WRITE, "write", self.fault_hook) as tx:
+        with self._transaction(_WRITE, "write", self.fault_hook) as tx:
             yield tx
 
     @contextmanager
@@ -235,7 +233,7 @@ class PostgresStore:
         return self._signals
 
     def on_close(self, release: Callable[[], None]) -> None:
-        """Run ``release`` (say, ending the one-hub lock's session) when the store closes."""
+        """Run ``release`` when the store closes."""
         self._on_close.append(release)
 
     def close(self) -> None:

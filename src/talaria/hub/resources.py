@@ -140,6 +140,8 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
         engine=engine, store=store, clock=clock, settings=settings, registry=registry, runners=runners,
         driver=TurnDriver(channels, registry, clock, grant_renew_s=timings.grant_renew_s), timings=timings,
         slots=SharedSlots(store, clock, "dispatch") if store.dialect == "postgresql" else None,
+        signals=signals_of(store, listen=settings.database_listen) if store.dialect == "postgresql" else None,
+        fallback_ms=settings.database_wake_fallback_ms,
     )  # fmt: skip
     engine.add_listener(dispatcher.on_signal)
     bot_access = BotAccess(registry, runners)

@@ -26,6 +26,7 @@ import structlog
 from talaria.clock import Clock
 from talaria.errors import TalariaError
 from talaria.hub.dispatch import turn_recovery
+from talaria.hub.dispatch.cancel_relay import CancelRelay
 from talaria.hub.dispatch.hermes_hold import HermesHolds
 from talaria.hub.dispatch.holder import JobFailed, Lease, LeaseHolder
 from talaria.hub.dispatch.job_turns import JobTurn, JobTurns, NextStep, next_step
@@ -40,7 +41,7 @@ from talaria.lifecycle.answers import Discovered, Ended
 from talaria.lifecycle.binding import Binding
 from talaria.lifecycle.engine import Engine
 from talaria.settings import Settings
-from talaria.store.interface import Store
+from talaria.store.interface import Signals, Store
 from talaria.teams import member_sessions
 
 log = structlog.get_logger("talaria.dispatcher")
@@ -81,6 +82,8 @@ class Dispatcher:
         driver: TurnDriver,
         timings: HubTimings | None = None,
         slots: RunnerSlots | None = None,
+        signals: Signals | None = None,
+        fallback_ms: int = 1000,
     ) -> None:
         self.engine = engine
         self.slots = slots or LocalSlots()  # dispatcher.per_runner across replicas (scale.md 3.7)
@@ -106,6 +109,12 @@ class Dispatcher:
         self._loop_task: asyncio.Task[None] | None = None
         self._loop_ref: asyncio.AbstractEventLoop | None = None
         self._last_tenant = ""
+        self._relay_task: asyncio.Task[None] | None = None
+        # PostgreSQL: cancels accepted by another replica reach the jobs run here (scale.md 3.7)
+        self.relay = None if signals is None else CancelRelay(
+            store, signals, fallback_ms=fallback_ms, running=lambda: list(self.cancels),
+            deliver=self._cancel_from_elsewhere,
+        )  # fmt: skip
 
     # --- lifecycle -------------------------------------------------------------------------------------------
 
@@ -113,10 +122,17 @@ class Dispatcher:
         if self.settings.dispatcher_enabled and self._loop_task is None:
             self._loop_ref = asyncio.get_running_loop()
             self._loop_task = self._loop_ref.create_task(self._loop())
+            if self.relay is not None:
+                self._relay_task = self._loop_ref.create_task(self.relay.watch())
 
     async def stop(self) -> None:
         self._loop_ref = None
         self.stopping = True  # running turns are left to finish in Hermes: the next attempt recovers them
+        if self._relay_task is not None:
+            self._relay_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._relay_task
+            self._relay_task = None
         if self._loop_task is not None:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -427,13 +443,22 @@ class Dispatcher:
         return await asyncio.to_thread(self.turns.get, lease.job_id) is not None
 
     def on_signal(self, signal: str, job_id: str) -> None:
-        """Engine listener (any thread): wake on new work, and pass a cancel request to its job at once."""
+        """Engine listener (any thread): wake on new work, and pass a cancel request to its job at once (on
+        PostgreSQL also to the replica running it)."""
+        if signal == "cancel_requested" and self.relay is not None:
+            self.relay.requested(job_id)
         loop = self._loop_ref
         if loop is None or loop.is_closed():
             return
         if signal in ("enqueued", "requeued"):
             loop.call_soon_threadsafe(self._wake.set)
         elif signal == "cancel_requested":
+            loop.call_soon_threadsafe(self._cancel_requested, job_id)
+
+    def _cancel_from_elsewhere(self, job_id: str) -> None:
+        """``talaria_job`` or its fallback (any thread): a cancel of a job this replica may run."""
+        loop = self._loop_ref
+        if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._cancel_requested, job_id)
 
     def _cancel_requested(self, job_id: str) -> None:

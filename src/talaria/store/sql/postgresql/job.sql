@@ -118,3 +118,7 @@ WHERE j.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
   AND (r.job_id IS NULL OR r.terminal_kind <> j.state OR t.state IS DISTINCT FROM j.state
        OR d.status IS DISTINCT FROM j.state)
 LIMIT 10
+
+-- name: job_cancel_requested_among
+-- Which of the jobs a replica's dispatcher runs have a cancel requested (scale.md 3.7: talaria_job's fallback).
+SELECT id FROM hermes_job WHERE id = ANY(:ids) AND cancel_requested = 1

@@ -226,6 +226,17 @@ def test_live_turns_per_account_and_per_hub_are_limited_with_retry_after(
         assert busy.headers["Retry-After"] == "5"
 
 
+def one_slot_hub(make_hub: Callable[..., HubServer], stack: ExitStack) -> tuple[Web, str]:
+    """A hub with ``chat.per_runner = 1`` and its one node connected (the node's runner id)."""
+    web = open_web(make_hub, stack, chat_per_runner=1)
+    node = register(web.admin, name="node-1", source="local", allowedProfiles=["default"])
+    runner_id: str = node["runner"]["id"]
+    machine = Machine(web.server, runner_id, node["token"])
+    stack.callback(machine.close)
+    machine.connect()
+    return web, runner_id
+
+
 def test_turns_arriving_together_never_take_more_than_chat_per_runner_slots(
     make_hub: Callable[..., HubServer], fast_argon2: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -243,12 +254,7 @@ def test_turns_arriving_together_never_take_more_than_chat_per_runner_slots(
     monkeypatch.setattr(ChatContext, "_still_allowed", slow_check)
     with ExitStack() as stack:
         stack.callback(release.set)
-        web = open_web(make_hub, stack, chat_per_runner=1)
-        node = register(web.admin, name="node-1", source="local", allowedProfiles=["default"])
-        runner_id = node["runner"]["id"]
-        machine = Machine(web.server, runner_id, node["token"])
-        stack.callback(machine.close)
-        machine.connect()
+        web, runner_id = one_slot_hub(make_hub, stack)
         first, second = chat(web), chat(web)
         assert send(web.user, first, {"text": "first"}).status_code == 202
         assert held.wait(10), "the first turn never reached its access check"
@@ -280,12 +286,7 @@ def test_a_slot_that_could_not_be_taken_gives_its_runner_s_count_back(
 
     monkeypatch.setattr(LocalSlots, "take", failing_once)
     with ExitStack() as stack:
-        web = open_web(make_hub, stack, chat_per_runner=1)
-        node = register(web.admin, name="node-1", source="local", allowedProfiles=["default"])
-        runner_id = node["runner"]["id"]
-        machine = Machine(web.server, runner_id, node["token"])
-        stack.callback(machine.close)
-        machine.connect()
+        web, runner_id = one_slot_hub(make_hub, stack)
         first = chat(web)
         turn_id = send(web.user, first, {"text": "go"}).json()["turn"]["id"]
         url = f"/api/conversations/{first}/turns/{turn_id}"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,14 +180,16 @@ def seal(store: Store, *, limit: int = SEAL_BATCH) -> int:
     return len(pending)
 
 
-def seal_all(store: Store) -> int:
+def seal_all(store: Store, *, committed: Callable[[int], None] = lambda sealed: None) -> int:
     """Seal until a batch comes back short (everything below the horizon then was sealed); returns how many.
-    Nothing to do on SQLite, which chains inline."""
+    ``committed`` hears each batch as its transaction commits, so a caller counting what it sealed does not lose
+    the batches before one that raised. Nothing to do on SQLite, which chains inline."""
     if store.dialect != "postgresql":
         return 0
     total = 0
     while True:
         sealed = seal(store)
+        committed(sealed)
         total += sealed
         if sealed < SEAL_BATCH:
             return total

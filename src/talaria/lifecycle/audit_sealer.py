@@ -18,11 +18,13 @@ from talaria.store.interface import Store
 
 log = structlog.get_logger("talaria.audit")
 
+STOP_ATTEMPTS = 3
+
 
 class AuditSealer:
-    """``start``/``stop`` are idempotent; ``stop`` seals once more, so a clean stop leaves nothing this process
-    committed unsealed. ``sealed`` counts the events this sealer chained; ``sealed_some`` is set after a round that
-    chained any (tests wait on it)."""
+    """``start``/``stop`` are idempotent; ``stop`` seals once more (up to ``STOP_ATTEMPTS`` rounds while the store
+    fails), so a clean stop leaves nothing this process committed unsealed. ``sealed`` counts the events this
+    sealer chained; ``sealed_some`` is set after a round that chained any (tests wait on it)."""
 
     def __init__(self, store: Store, interval_ms: int, *, may_seal: Callable[[], bool] = lambda: True) -> None:
         self._store = store
@@ -57,16 +59,19 @@ class AuditSealer:
             if self._may_seal():
                 self.seal_once()
 
-    def seal_once(self) -> int:
+    def seal_once(self) -> int | None:
+        """One round; returns how many events it chained, or None when the store failed part-way (the batches
+        committed before the failure are counted; the next round tries again, nothing is lost)."""
         try:
-            sealed = seal_all(self._store)
-        except TalariaError as exc:  # the store is away: the next round tries again, nothing is lost
+            return seal_all(self._store, committed=self._count)
+        except TalariaError as exc:  # the store is away or a statement timed out behind another sealer
             log.warning("audit_seal_failed", code=exc.code, error=exc.message)
-            return 0
+            return None
+
+    def _count(self, sealed: int) -> None:
         self.sealed += sealed
         if sealed:
             self.sealed_some.set()
-        return sealed
 
     def stop(self) -> None:
         self._stopping.set()
@@ -74,4 +79,6 @@ class AuditSealer:
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.join(timeout=30)
-            self.seal_once()
+            for _ in range(STOP_ATTEMPTS):  # a round that failed (a timeout behind busy sealers) is tried again
+                if self.seal_once() is not None:
+                    return

@@ -38,6 +38,7 @@ from talaria.clock import SystemClock
 from talaria.hub.runners.connection_state import AccountRef
 from talaria.hub.runners.registry import RunnerRegistry, parse_registration
 from talaria.logs import configure_logging
+from talaria.testing.command_bench import FixtureProcess, RunnerProcess, percentile, round_trip_ms
 from talaria.testing.hub_server import HubServer
 
 BLOCK = 100  # requests per alternating block of echo requests and command round trips
@@ -46,11 +47,6 @@ TARGETS = {"ratio_p50": 4.5, "command_p99_ms": 25.0, "wake_p99_ms": 100.0, "rss_
 
 def progress(text: str) -> None:
     print(f"[dispatch] {text}", file=sys.stderr, flush=True)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def rss_mb(pid: int) -> float:
@@ -75,11 +71,6 @@ sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
 sock.bind(("127.0.0.1", 0))
 print(sock.getsockname()[1], flush=True)
 uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False)).run(sockets=[sock])
-"""
-
-FIXTURE = """
-from talaria.testing.fixture_process import main
-main()
 """
 
 LOAD = """
@@ -155,39 +146,23 @@ def bench_command(server: HubServer, workdir: Path, n: int, echo: Echo) -> tuple
     """Command round trips and echo requests in alternating blocks of back-to-back requests: each is
     timed hot, as in steady use, and drift over the run (frequency scaling, neighbours) moves the
     baseline and the figure together."""
-    fixture = spawn(FIXTURE)
-    assert fixture.stdout is not None
-    hermes_url, hermes_token = fixture.stdout.readline().split()
-    runner_id, _, config = register(server, 1, "cmd")[0]
-    config["hermesURL"] = hermes_url
-    path = workdir / "node" / "runner.json"
-    path.parent.mkdir()
-    path.write_text(json.dumps(config))
-    path.chmod(0o600)
-    env = dict(os.environ, HERMES_DASHBOARD_SESSION_TOKEN=hermes_token)
-    runner = subprocess.Popen(
-        [sys.executable, "-m", "talaria", "runner", "--config", str(path)], env=env, stderr=subprocess.PIPE, text=True
-    )
+    fixture = FixtureProcess()
     try:
-        assert runner.stderr is not None
-        while "runner connected" not in runner.stderr.readline():
-            pass
+        runner = RunnerProcess(server, workdir / "node", fixture, source="cmd0")
+    except BaseException:
+        fixture.stop()
+        raise
+    try:
         created = server.hub.accounts.create(
             username="bench", password=secrets.token_urlsafe(16), role="user", allowed_profiles={"cmd0": ["default"]}
         )
         account = AccountRef(created.username, created.tenant, created.auth_version)
 
-        async def one() -> float:
-            """One round trip, timed on the hub's event loop: enqueue to the runner's result."""
-            started = time.perf_counter()
-            await server.hub.runners.send(
-                runner_id, "http", {"path": "/api/status", "method": "GET", "search": ""},
-                account=account, profile=None,
-            )  # fmt: skip
-            return (time.perf_counter() - started) * 1000
+        def one() -> float:
+            return round_trip_ms(server, runner.runner_id, account)
 
         for _ in range(20):
-            server.call(one())
+            one()
         samples: list[float] = []
         floor: list[float] = []
         busy = 0.0
@@ -195,14 +170,12 @@ def bench_command(server: HubServer, workdir: Path, n: int, echo: Echo) -> tuple
             block = min(BLOCK, n - len(samples))
             floor += [echo.once() for _ in range(block)]
             started = time.perf_counter()
-            samples += [server.call(one()) for _ in range(block)]
+            samples += [one() for _ in range(block)]
             busy += time.perf_counter() - started
             progress(f"command round trips: {len(samples)}/{n}")
     finally:
-        runner.send_signal(signal.SIGTERM)
-        runner.wait(20)
-        fixture.send_signal(signal.SIGTERM)
-        fixture.wait(20)
+        runner.stop()
+        fixture.stop()
     command = {
         "p50_ms": round(percentile(samples, 50), 3),
         "p99_ms": round(percentile(samples, 99), 3),

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from talaria.clock import ManualClock
+from talaria.clock import ManualClock, SystemClock
 from talaria.errors import StoreUnavailable
 from talaria.lifecycle import audit
 from talaria.lifecycle.actor import Actor
@@ -20,8 +21,10 @@ from talaria.settings import Settings
 from talaria.store import migrations
 from talaria.store.interface import Store
 from talaria.store.postgres.store import PostgresStore
+from talaria.testing.hub_server import HubServer
 from talaria.testing.postgres_server import PostgresServer
 from tests.backends import postgres_database
+from tests.integration.runner_support import metric_value, metrics_text
 
 NOW = 1_784_628_000_000
 ACTOR = Actor("acct:default/alice", frozenset(), "web", "default")
@@ -137,15 +140,15 @@ def test_a_round_failing_after_a_committed_batch_counts_the_batch_and_stop_tries
         for i in range(audit.SEAL_BATCH + 5):
             audit.append(tx, now_ms=NOW, type="task.created", tenant="default", actor=ACTOR,
                          subject=audit.Subject(task=f"tsk_{i:04d}"))  # fmt: skip
-    real_seal, calls = audit.seal, []
+    real_batch, calls = audit.seal_batch, []
 
-    def seal_then_fail(on: Store, *, limit: int = audit.SEAL_BATCH) -> int:
+    def seal_then_fail(on: Store, *, limit: int = audit.SEAL_BATCH, wait: bool = True) -> list[int]:
         calls.append(on)
         if len(calls) in (2, 3):  # the second batch of the first round, and the first of the stop's round
             raise StoreUnavailable("statement timeout")
-        return real_seal(on, limit=limit)
+        return real_batch(on, limit=limit, wait=wait)
 
-    monkeypatch.setattr(audit, "seal", seal_then_fail)
+    monkeypatch.setattr(audit, "seal_batch", seal_then_fail)
     sealer = AuditSealer(store, 5000)
     assert sealer.seal_once() is None  # the first batch committed, the second failed
     assert sealer.sealed == audit.SEAL_BATCH and sealer.sealed_some.is_set()
@@ -167,6 +170,54 @@ def test_the_sealer_chains_soon_after_an_audited_commit(stores: list[PostgresSto
         assert chained(store) == [(1, "tsk_poked")]
     finally:
         sealer.stop()
+
+
+def test_a_regular_round_leaves_a_head_another_sealer_holds_and_the_stop_round_waits_for_it(
+    stores: list[PostgresStore],
+) -> None:
+    record(stores[0], "tsk_held")
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_the_head() -> None:
+        with stores[1].write() as tx:
+            tx.one("audit_head_lock")
+            holding.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold_the_head)
+    holder.start()
+    sealer = AuditSealer(stores[0], 5000)
+    try:
+        assert holding.wait(10)
+        assert sealer.seal_once(wait=False) == 0  # no wait behind the other sealer
+        assert chained(stores[0]) == []
+        threading.Timer(0.2, release.set).start()
+        assert sealer.seal_once() == 1  # the stop round waits for the head
+    finally:
+        release.set()
+        holder.join(30)
+    assert chained(stores[0]) == [(1, "tsk_held")]
+
+
+def test_each_sealed_event_s_lag_from_its_occurrence_is_observed(stores: list[PostgresStore]) -> None:
+    record(stores[0], "tsk_early")  # both occurred at NOW
+    record(stores[1], "tsk_late")
+    seen: list[float] = []
+    sealer = AuditSealer(stores[0], 5000, clock=ManualClock(NOW + 1500), observe_lag=seen.append)
+    assert sealer.seal_once() == 2
+    assert seen == [1.5, 1.5] and list(sealer.lags_ms) == [(NOW, 1500), (NOW, 1500)]
+
+
+def test_a_hub_replica_exposes_its_seal_lag(postgres_server: PostgresServer, tmp_path: Path) -> None:
+    with postgres_database(postgres_server, migrated=True) as url:
+        server = HubServer(tmp_path / "data", SystemClock(), database_url=url).start()
+        try:
+            record(server.hub.store, "tsk_hub")  # an audited commit through the replica's store pokes its sealer
+            assert server.hub.sealer is not None and server.hub.sealer.sealed_some.wait(10)
+            count = metric_value(metrics_text(server), "talaria_audit_seal_lag_seconds_count")
+            assert count == server.hub.sealer.sealed >= 1
+        finally:
+            server.stop()
 
 
 def test_a_stopping_sealer_chains_what_is_left(stores: list[PostgresStore]) -> None:

@@ -31,6 +31,7 @@ from talaria.testing.postgres_server import PostgresServer
 from tests.backends import postgres_database, raw_sql
 from tests.conftest import PASSWORD, add_account, login
 from tests.integration.runner_support import (
+    OFF_LIST,
     Machine,
     admin_of,
     assert_machine_error,
@@ -39,6 +40,7 @@ from tests.integration.runner_support import (
     metrics_text,
     outcome,
     register,
+    send,
     spawn,
     wait_until,
 )
@@ -131,6 +133,51 @@ def drained(server: HubServer, gateway: Gateway) -> list[Any]:
 
 def frame(gateway: Gateway, seq: int, n: int) -> dict[str, Any]:
     return {"connectionId": gateway.id, "seq": seq, "frame": {"type": "message.delta", "payload": {"n": n}}}
+
+
+def latest_poll(pair: Pair) -> tuple[str, str]:
+    """The token and replica of the runner's latest poll (each poll writes a new token)."""
+    [row] = raw_sql(Settings(database_url=pair.a.settings.database_url),
+                    "SELECT poll_token, poll_replica FROM runner_conn WHERE runner_id = ?", pair.id)  # fmt: skip
+    return row["poll_token"], row["poll_replica"]
+
+
+def held_on(pair: Pair, server: HubServer, after: tuple[str, str]) -> bool:
+    token, replica = latest_poll(pair)
+    return token != after[0] and replica == replica_id(server)
+
+
+def replica_id(server: HubServer) -> str:
+    assert server.hub.replica is not None
+    return server.hub.replica.id
+
+
+def test_a_poll_of_the_same_instance_on_the_other_replica_supersedes_the_held_one(
+    pair: Pair, clock: ManualClock
+) -> None:
+    """scale.md 6 scenario 4: the older poll answers 200 ``commands: []`` well before its 15 s hold ends, and a
+    command delivered to the newer poll is not delivered again before its redelivery time (5 s)."""
+    older_at_a, newer_at_b = pair.on_a.twin(), pair.on_b.twin()
+    with ThreadPoolExecutor(2) as pool:
+        before = latest_poll(pair)
+        older = pool.submit(older_at_a.poll)
+        wait_until(lambda: held_on(pair, pair.a, before), what="the poll held on A")
+        at_a = latest_poll(pair)
+        newer = pool.submit(newer_at_b.poll)
+        answered = older.result(timeout=5)  # superseded, not held for its 15 s
+        assert assert_machine_ok(answered) == {"epoch": pair.on_a.epoch, "commands": []}
+        assert held_on(pair, pair.b, at_a), "the newer poll is held on B"
+        task = send(pair.a, pair.id, OFF_LIST)
+        [command] = assert_machine_ok(newer.result(timeout=10))["commands"]
+        clock.advance(4.9)
+        second = send(pair.a, pair.id, OFF_LIST | {"search": "?second=1"})
+        [again] = assert_machine_ok(pair.on_a.poll())["commands"]  # the first is not due again yet
+        assert again["id"] != command["id"] and again["payload"]["search"] == "?second=1"
+        for answered_id, task_ in ((command["id"], task), (again["id"], second)):
+            assert_machine_ok(pair.on_a.post("result", {"id": answered_id, "result": {"status": 200}}))
+            assert outcome(pair.a, task_) == {"status": 200}
+    older_at_a.close()
+    newer_at_b.close()
 
 
 def test_frames_posted_to_either_replica_reach_the_owner_once_in_seq_order(pair: Pair) -> None:

@@ -48,6 +48,10 @@ class HubMetrics:
         )  # fmt: skip
         self.runners_online = Gauge("talaria_runners_online", "Runners with a connection state", registry=self.registry)
         self.commands_pending = Gauge("talaria_runner_commands_pending", "Commands queued", registry=self.registry)
+        self.audit_seal_lag = Histogram(
+            "talaria_audit_seal_lag_seconds", "PostgreSQL: an audit event's time from occurring to its seal",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60), registry=self.registry,
+        )  # fmt: skip
         self.wake_fallback = Counter(
             "talaria_wake_fallback", "Waits ended by the fallback query, not a notification (PostgreSQL, scale.md 3.3)",
             ["channel"], registry=self.registry,

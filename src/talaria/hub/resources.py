@@ -209,7 +209,8 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
     hub.reaper = Reaper(hub.tick, settings.lifecycle_reaper_interval_s)
     hub.replica = replica
     if store.dialect == "postgresql":
-        hub.sealer = AuditSealer(store, settings.audit_seal_interval_ms, may_seal=lambda: replica.holds("audit_sealer"))
+        hub.sealer = AuditSealer(store, settings.audit_seal_interval_ms, may_seal=lambda: replica.holds("audit_sealer"),
+                                 clock=clock, observe_lag=hub.metrics.audit_seal_lag.observe)  # fmt: skip
         hub.sealer.watch()
     if team_calls is not None:
         reconcile = Reconcile(store, clock, settings, audit_key, bot_access.allowed, engine)

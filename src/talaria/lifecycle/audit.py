@@ -147,15 +147,25 @@ def append(
 def chain(tx: Tx, columns: Mapping[str, Any], event: dict[str, Any], head: tuple[int, str]) -> tuple[int, str]:
     """Insert ``event`` as the link after ``head`` (``seq`` added to its body, C) and move the head; returns the new
     head. Raises when the head moved meanwhile (ADR 0003: the conditional update)."""
+    new = link(tx, columns, event, head)
+    move_head(tx, new, head[0])
+    return new
+
+
+def link(tx: Tx, columns: Mapping[str, Any], event: dict[str, Any], head: tuple[int, str]) -> tuple[int, str]:
+    """Insert ``event`` as the link after ``head``, leaving the head row as it is; returns the new head."""
     prev_seq, prev_hash = head
     seq = prev_seq + 1
     event["seq"] = seq
     body = canonical_json(event).decode("utf-8")
     digest = sha256_hex(prev_hash + "\n" + body)
     tx.run("audit_insert", **columns, seq=seq, body=body, prev_hash=prev_hash, hash=digest)
-    if tx.run("audit_head_set", seq=seq, hash=digest, expected_seq=prev_seq) != 1:
-        raise StoreUnavailable("the audit chain head moved during the transaction")
     return seq, digest
+
+
+def move_head(tx: Tx, head: tuple[int, str], expected_seq: int) -> None:
+    if tx.run("audit_head_set", seq=head[0], hash=head[1], expected_seq=expected_seq) != 1:
+        raise StoreUnavailable("the audit chain head moved during the transaction")
 
 
 SEAL_BATCH = 1000  # scale.md 2.4: pending events per sealing transaction
@@ -166,32 +176,43 @@ def seal(store: Store, *, limit: int = SEAL_BATCH) -> int:
     one transaction holding the head (scale.md 2.4); returns how many. Two sealers at once are safe: the second
     waits on the head's row lock and then finds the events gone (and the unique seq and event id, and the
     conditional head, refuse a second link)."""
+    return len(seal_batch(store, limit=limit))
+
+
+def seal_batch(store: Store, *, limit: int = SEAL_BATCH, wait: bool = True) -> list[int]:
+    """``seal``, returning the sealed events' ``occurred_at`` (ms) once their transaction committed. The batch's
+    links are inserted one by one and the head moved once, conditionally, at the end. With ``wait=False`` a head
+    another sealer holds is skipped (nothing sealed: that sealer is at it)."""
     with store.write() as tx:
-        row = tx.one("audit_head_lock")
+        row = tx.one("audit_head_lock" if wait else "audit_head_lock_skip")
         if row is None:
+            if not wait:
+                return []
             raise StoreUnavailable("the audit chain head is missing")
-        head = (int(row["seq"]), row["hash"])
+        start = head = (int(row["seq"]), row["hash"])
         pending = tx.all("audit_pending_sealable", limit=limit)
         for event in pending:
             columns = {key: event[key] for key in _PENDING_COLUMNS}
-            head = chain(tx, columns, json.loads(event["body"]), head)
+            head = link(tx, columns, json.loads(event["body"]), head)
         if pending:
+            move_head(tx, head, start[0])
             tx.run("audit_pending_delete", positions=[int(event["pos"]) for event in pending])
-    return len(pending)
+    return [int(event["occurred_at"]) for event in pending]
 
 
-def seal_all(store: Store, *, committed: Callable[[int], None] = lambda sealed: None) -> int:
+def seal_all(store: Store, *, committed: Callable[[list[int]], None] = lambda occurred: None, wait: bool = True) -> int:
     """Seal until a batch comes back short (everything below the horizon then was sealed); returns how many.
-    ``committed`` hears each batch as its transaction commits, so a caller counting what it sealed does not lose
-    the batches before one that raised. Nothing to do on SQLite, which chains inline."""
+    ``committed`` hears each batch (its events' ``occurred_at``) as its transaction commits, so a caller counting
+    what it sealed does not lose the batches before one that raised; ``wait=False`` ends at a head another sealer
+    holds. Nothing to do on SQLite, which chains inline."""
     if store.dialect != "postgresql":
         return 0
     total = 0
     while True:
-        sealed = seal(store)
-        committed(sealed)
-        total += sealed
-        if sealed < SEAL_BATCH:
+        occurred = seal_batch(store, wait=wait)
+        committed(occurred)
+        total += len(occurred)
+        if len(occurred) < SEAL_BATCH:
             return total
 
 

@@ -10,8 +10,9 @@ one per prepared task; with ``--barrier`` the process prints ``ready`` once prep
 arrives on its standard input, so that a benchmark starts several processes together.
 
 The last stdout line is one JSON object: ``jobs`` (lifecycles finished), ``seconds`` (timed, from the start to the
-last thread's end), ``sealed`` (events this process's sealer chained) and ``errors`` (one line each; a lifecycle
-answering wrongly or the store failing ends its thread).
+last thread's end), ``sealed`` (events this process's sealer chained), ``seal_lag_p99_ms`` (the p99 time from
+occurring to seal of the events it sealed that occurred once timing started; null when none) and ``errors`` (one
+line each; a lifecycle answering wrongly or the store failing ends its thread).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def run(
     if barrier:
         print("ready", flush=True)
         sys.stdin.readline()
-    started = time.monotonic()
+    started, started_ms = time.monotonic(), clock.now_ms()
     deadline = started + seconds
     done = [0] * threads
     errors: list[str] = []
@@ -73,7 +74,10 @@ def run(
     elapsed = time.monotonic() - started
     sealer.stop()
     store.close()
-    return {"jobs": sum(done), "seconds": round(elapsed, 3), "sealed": sealer.sealed, "errors": errors}
+    lags = sorted(lag for at, lag in sealer.lags_ms if at >= started_ms)  # not the backlog of the preparing
+    lag_p99 = lags[min(len(lags) - 1, round(0.99 * (len(lags) - 1)))] if lags else None
+    return {"jobs": sum(done), "seconds": round(elapsed, 3), "sealed": sealer.sealed, "seal_lag_p99_ms": lag_p99,
+            "errors": errors}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -73,6 +73,7 @@ FRAMES_PER_READ = 500  # as runner_event_after's LIMIT
 SETTLED_KEPT_MS = 600_000  # settled commands, 10 min (scale.md 3.1)
 RETIRED_KEPT_MS = 86_400_000  # replaced instances, 24 h
 ABANDONED_AFTER_MS = 60_000  # a pending command past its deadline by this much has no sender waiting any more
+SEEN_EVERY_MS = 1000  # as runner_conn_touch: a state's seen time is written at most once a second
 SENDERS_SETTLE_S = 5.0  # a stopping replica gives its senders this long to read the outcomes it settled
 
 
@@ -198,6 +199,10 @@ class SharedRunnerHub:
         token: str | None,
     ) -> tuple[list[_Ended], Row, bool, str | None]:  # fmt: skip
         now = self.clock.now_ms()
+        if not poll and features is None:
+            current = self._current(runner_id, instance, epoch, now)
+            if current is not None:
+                return [], current, False, None
         ended: list[_Ended] = []
         with self.store.write() as tx:
             for _ in range(3):  # a conflicting insert means another replica's first poll won: look again
@@ -239,6 +244,20 @@ class SharedRunnerHub:
         if token is not None:
             state["poll_token"] = token
         return ended, state, False, held_by
+
+    def _current(self, runner_id: str, instance: str, epoch: str | None, now: int) -> Row | None:
+        """The gates of a request that is not a poll, by one read without a lock, while its state was seen within
+        the last second; None when the seen time is due (the locked path then writes it). The lock would order
+        nothing here: whatever the request then does is conditional on the epoch (a settle, a frame, a call), so a
+        state replaced just after this read refuses it there. The current instance is never a retired one (its
+        poll would have been refused), so only the instance and the epoch are checked."""
+        with self.store.read() as tx:
+            row = tx.one("runner_conn_get", runner_id=runner_id)
+        if row is None or row["instance"] != instance:
+            raise refused("runner_instance_changed")
+        if epoch != row["epoch"]:
+            raise refused("runner_epoch_changed")
+        return row if now - int(row["seen_at"]) < SEEN_EVERY_MS else None
 
     def _state(self, row: Row) -> ConnState:
         local = self._channels(row["runner_id"], row["epoch"])
@@ -399,7 +418,7 @@ class SharedRunnerHub:
 
     def _outcome(self, command_id: str, expired: bool) -> Row | None:
         """The command's outcome row once settled (settling it lost first when its deadline passed), else None."""
-        with self.store.write() as tx:
+        with self.store.write() if expired else self.store.read() as tx:
             if expired:
                 tx.one("runner_command_lost", id=command_id, now=self.clock.now_ms())
             row = tx.one("runner_command_outcome", id=command_id)

@@ -29,7 +29,7 @@ from talaria.store.postgres.store import connect
 
 log = structlog.get_logger("talaria.store")
 
-COALESCE_S = 0.005
+COALESCE_S = 0.0
 MAX_PAYLOAD = 7900  # PostgreSQL's limit is 8,000 bytes
 RECONNECT_S = 1.0
 _STOP = ("", "")

@@ -68,6 +68,10 @@ VALUES (:event_id, :occurred_at, :type, :tenant, :task_id, :dispatch_id, :job_id
 -- The chain head, locked for the rest of the sealer's transaction (a second sealer waits here).
 SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE
 
+-- name: audit_head_lock_skip
+-- The chain head, locked, or no row when another sealer holds it (a sealer's regular round then leaves it be).
+SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE SKIP LOCKED
+
 -- name: audit_pending_sealable
 -- Up to :limit pending events whose transactions are below this statement's horizon, in (xact, pos) order: every
 -- transaction with a lower id has ended and each committed one is visible to this snapshot, so the order is final.

@@ -73,42 +73,6 @@ print(sock.getsockname()[1], flush=True)
 uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False)).run(sockets=[sock])
 """
 
-LOAD = """
-import asyncio, json, sys, time, uuid
-import httpx
-base, wanted = sys.argv[1], int(sys.argv[2])
-runners = json.loads(sys.stdin.readline())
-arrivals = {}
-
-async def runner(client, runner_id, token):
-    headers = {"Authorization": f"Bearer {token}", "X-Runner-Instance": str(uuid.uuid4()), "X-Runner-Protocol": "1"}
-    url = f"{base}/api/runner/v1/{runner_id}"
-    epoch = None
-    while len(arrivals) < wanted:
-        try:
-            answer = (await client.get(url + "/poll", headers=headers, timeout=30)).json()
-        except httpx.HTTPError:
-            await asyncio.sleep(0.5)
-            continue
-        now = time.time_ns()
-        if epoch is None:
-            epoch = answer["epoch"]
-            print("ready", flush=True)
-        for command in answer.get("commands", []):
-            marker = command["payload"].get("search", "")
-            arrivals.setdefault(marker, now)
-            await client.post(url + "/result", headers=headers | {"X-Runner-Epoch": epoch},
-                              json={"id": command["id"], "result": {"status": 200, "headers": {}, "body": ""}})
-
-async def main():
-    limits = httpx.Limits(max_connections=len(runners) * 2, max_keepalive_connections=len(runners) * 2)
-    async with httpx.AsyncClient(limits=limits) as client:
-        await asyncio.gather(*(runner(client, r, t) for r, t in runners))
-    print(json.dumps(arrivals), flush=True)
-
-asyncio.run(main())
-"""
-
 
 class Echo:
     """The bare floor: sequential httpx requests to a uvicorn echo app in its own process."""
@@ -187,7 +151,7 @@ def bench_command(server: HubServer, workdir: Path, n: int, echo: Echo) -> tuple
 def bench_idle(server: HubServer, count: int, wakes: int) -> dict[str, float]:
     made = register(server, count, f"idle{count}-")
     load = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(LOAD), server.url, str(wakes)],
+        [sys.executable, "-m", "talaria.testing.runner_load", server.url],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert load.stdin is not None and load.stdout is not None
@@ -222,7 +186,10 @@ def bench_idle(server: HubServer, count: int, wakes: int) -> dict[str, float]:
             )  # fmt: skip
 
         server.call(wake())
+    load.stdin.write(f"report {wakes}\n")
+    load.stdin.flush()
     arrivals = json.loads(load.stdout.readline())
+    load.stdin.close()
     load.wait(30)
     latencies = [(arrivals[m] - sent[m]) / 1e6 for m in sent if m in arrivals]
     return {"runners": count, "rss_mb": round(rss, 1), "wake_p99_ms": round(percentile(latencies, 99), 3),

@@ -212,7 +212,8 @@ class SharedRunnerHub:
                     row = None
                 if not poll and (row is None or row["instance"] != instance):
                     raise refused("runner_instance_changed")
-                retired = tx.one("runner_conn_retired", runner_id=runner_id, instance=instance) or {}
+                same = row is not None and row["instance"] == instance  # the current instance is never retired
+                retired = {} if same else tx.one("runner_conn_retired", runner_id=runner_id, instance=instance) or {}
                 if retired.get("retired"):
                     raise refused("runner_instance_retired")
                 if poll and row is not None and row["instance"] != instance:
@@ -236,7 +237,8 @@ class SharedRunnerHub:
             held_by = row["poll_replica"]
             tx.run("runner_conn_touch", runner_id=runner_id, now=now, features=features, poll_token=token,
                    poll_replica=self.replica_id if poll else None)  # fmt: skip
-            tx.run("runner_conn_seen", runner_id=runner_id, now=now)
+            if now - int(row["seen_at"]) >= SEEN_EVERY_MS:
+                tx.run("runner_conn_seen", runner_id=runner_id, now=now)
         state = dict(row)
         state["seen_at"] = now
         if features is not None:
@@ -341,9 +343,10 @@ class SharedRunnerHub:
             if ids:
                 tx.run("runner_command_deliver", ids=ids, again=now + limits.REDELIVERY_S * 1000)
             due = tx.one("runner_command_next_due", epoch=epoch, now=now)
-            tx.run("runner_conn_touch", runner_id=runner_id, now=now, features=None, poll_token=None,
-                   poll_replica=None)  # fmt: skip
-            tx.run("runner_conn_seen", runner_id=runner_id, now=now)
+            if now - int(row["seen_at"]) >= SEEN_EVERY_MS:  # else both writes would change nothing
+                tx.run("runner_conn_touch", runner_id=runner_id, now=now, features=None, poll_token=None,
+                       poll_replica=None)  # fmt: skip
+                tx.run("runner_conn_seen", runner_id=runner_id, now=now)
         next_due = due["at"] if due else None
         return _Taken("ok", batch, int(next_due) if next_due is not None else None)
 

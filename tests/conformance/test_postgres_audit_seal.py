@@ -203,7 +203,7 @@ def test_each_sealed_event_s_lag_from_its_occurrence_is_observed(stores: list[Po
     record(stores[0], "tsk_early")  # both occurred at NOW
     record(stores[1], "tsk_late")
     seen: list[float] = []
-    sealer = AuditSealer(stores[0], 5000, clock=ManualClock(NOW + 1500), observe_lag=seen.append)
+    sealer = AuditSealer(stores[0], 5000, clock=ManualClock(NOW + 1500), observe_lag=seen.append, lags_kept=10)
     assert sealer.seal_once() == 2
     assert seen == [1.5, 1.5] and list(sealer.lags_ms) == [(NOW, 1500), (NOW, 1500)]
 

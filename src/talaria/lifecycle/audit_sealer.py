@@ -21,7 +21,6 @@ from talaria.store.interface import Store
 log = structlog.get_logger("talaria.audit")
 
 STOP_ATTEMPTS = 3
-LAGS_KEPT = 200_000  # the latest seal lags, for the benchmarks' percentiles
 
 
 class AuditSealer:
@@ -29,17 +28,18 @@ class AuditSealer:
     fails), so a clean stop leaves nothing this process committed unsealed. ``sealed`` counts the events this
     sealer chained; ``sealed_some`` is set after a round that chained any (tests wait on it). Each sealed event's
     lag, from its ``occurred_at`` to its seal's commit, goes to ``observe_lag`` (the hub's
-    ``talaria_audit_seal_lag_seconds``) and ``lags_ms`` (``(occurred_at, lag)`` pairs)."""
+    ``talaria_audit_seal_lag_seconds``) and the latest ``lags_kept`` of them to ``lags_ms`` (``(occurred_at, lag)``
+    pairs, for the benchmarks' percentiles)."""
 
     def __init__(
         self, store: Store, interval_ms: int, *, may_seal: Callable[[], bool] = lambda: True,
-        clock: Clock | None = None, observe_lag: Callable[[float], None] = lambda seconds: None,
+        clock: Clock | None = None, observe_lag: Callable[[float], None] = lambda seconds: None, lags_kept: int = 0,
     ) -> None:  # fmt: skip
         self._store = store
         self._may_seal = may_seal
         self._clock = clock or SystemClock()
         self._observe_lag = observe_lag
-        self.lags_ms: deque[tuple[int, int]] = deque(maxlen=LAGS_KEPT)  # (occurred_at, lag), ms
+        self.lags_ms: deque[tuple[int, int]] = deque(maxlen=lags_kept)  # (occurred_at, lag), ms; a hub keeps none
         self._interval_s = interval_ms / 1000
         self._wake = threading.Event()
         self._stopping = threading.Event()

@@ -31,6 +31,8 @@ from talaria.settings import Settings
 from talaria.store.open import open_store
 from talaria.testing.lifecycles import TENANT, lifecycle, prepare_tasks
 
+LAGS_KEPT = 200_000  # enough for every event a process seals in a benchmark's run
+
 
 def run(
     url: str, data_dir: Path, threads: int, seconds: float, seal_interval_ms: int, *, prepare: int = 0,
@@ -42,7 +44,7 @@ def run(
     engine = Engine(store, clock, settings)
     with store.write() as tx:
         tx.run("tenant_ensure", name=TENANT, now=clock.now_ms())
-    sealer = AuditSealer(store, seal_interval_ms)
+    sealer = AuditSealer(store, seal_interval_ms, lags_kept=LAGS_KEPT)
     sealer.watch()
     sealer.start()
     prepared = [prepare_tasks(engine, prepare) for _ in range(threads)] if prepare else [[] for _ in range(threads)]

@@ -227,6 +227,31 @@ def fallback_wakes(server: HubServer) -> float:
         return 0.0
 
 
+def test_a_fallback_query_meeting_a_notification_on_its_way_is_not_counted(pair: Pair) -> None:
+    """``talaria_wake_fallback_total`` means notifications lost: a command settled under ``NOTIFIED_WITHIN_MS``
+    ago (by the replicas' shared manual clock: always, here) wakes its sender, by the fallback query or a recheck,
+    and is not counted while A listens (B notifies nothing, so only A's own queries find it)."""
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(pair.b.hub.runners.signals, "notify", lambda channel, ident: None)
+    try:
+        wait_until(lambda: pair.a.hub.runners.signals.listening, what="A listening")
+        before = command_fallbacks(pair.a)
+        task = send(pair.a, pair.id, OFF_LIST)
+        command = take(pair.on_b, "http")
+        assert_machine_ok(pair.on_b.post("result", {"id": command["id"], "result": {"status": 200}}))
+        assert outcome(pair.a, task) == {"status": 200}
+        assert command_fallbacks(pair.a) == before
+    finally:
+        monkeypatch.undo()
+
+
+def command_fallbacks(server: HubServer) -> float:
+    try:
+        return metric_value(metrics_text(server), 'talaria_wake_fallback_total{channel="talaria_command"}')
+    except AssertionError:
+        return 0.0
+
+
 def test_a_gateway_closed_by_its_owner_is_closed_for_the_other_replica(pair: Pair) -> None:
     gateway = opened_on_a(pair)
     rpc = spawn(pair.a, pair.a.hub.channels.rpc(gateway, "session.create", {}))

@@ -54,6 +54,11 @@ class Signals(Protocol):
         """Tell every replica about ``ident`` on ``channel``; call it after the transaction committed."""
         ...
 
+    @property
+    def listening(self) -> bool:
+        """Whether notifications reach this replica now (False with ``database.listen = false``)."""
+        ...
+
     def start(self) -> None: ...
 
 

@@ -74,6 +74,7 @@ SETTLED_KEPT_MS = 600_000  # settled commands, 10 min (scale.md 3.1)
 RETIRED_KEPT_MS = 86_400_000  # replaced instances, 24 h
 ABANDONED_AFTER_MS = 60_000  # a pending command past its deadline by this much has no sender waiting any more
 SEEN_EVERY_MS = 1000  # as runner_conn_touch: a state's seen time is written at most once a second
+NOTIFIED_WITHIN_MS = 100  # a notification arrives well within this; a fallback wake sooner is not counted
 SENDERS_SETTLE_S = 5.0  # a stopping replica gives its senders this long to read the outcomes it settled
 
 
@@ -931,10 +932,11 @@ class SharedRunnerHub:
         if runners:
             for row in await run_in_threadpool(self._watch_runners, runners):
                 waiter = self._waiters.get(row["runner_id"])
+                due = row["due_since"]
                 if waiter is not None and (row["epoch"] != waiter.epoch or row["poll_token"] != waiter.token
-                                           or row["due"]):  # fmt: skip
+                                           or due is not None):  # fmt: skip
                     waiter.wake()
-                    if count:
+                    if count and self._missed(due):
                         self._fallback_woke(RUNNER_CHANNEL)
                 local = self._local.get(row["runner_id"])
                 if local is not None and row["epoch"] != local.epoch:
@@ -963,10 +965,18 @@ class SharedRunnerHub:
         if commands:
             for row in await run_in_threadpool(self._watch_commands, commands):
                 event = self._senders.get(row["id"])
-                if event is not None:
+                if event is not None and not event.is_set():
                     event.set()
-                    if count:
+                    if count and self._missed(row["settled_at"]):
                         self._fallback_woke(COMMAND_CHANNEL)
+
+    def _missed(self, since: int | None) -> bool:
+        """Whether a fallback wake of something that happened at ``since`` stood in for a lost notification: not
+        when notifications reach this replica and it happened under ``NOTIFIED_WITHIN_MS`` ago (the query only
+        met the notification on its way)."""
+        if not self.signals.listening or since is None:
+            return True
+        return self.clock.now_ms() - int(since) >= NOTIFIED_WITHIN_MS
 
     def _watch_runners(self, runner_ids: list[str]) -> list[Row]:
         with self.store.read() as tx:

@@ -70,8 +70,8 @@ RETURNING id, sender_replica
 SELECT outcome, outcome_body, delivered FROM runner_command WHERE id = :id
 
 -- name: runner_command_outcomes
--- The fallback of the command channel: which of the commands this replica waits on are settled.
-SELECT id FROM runner_command WHERE id = ANY(:ids) AND outcome IS NOT NULL
+-- The fallback of the command channel: which of the commands this replica waits on are settled, and when.
+SELECT id, settled_at FROM runner_command WHERE id = ANY(:ids) AND outcome IS NOT NULL
 
 -- name: runner_command_wires
 -- The wire form of a state's pending commands in enqueue order (tests and views).

@@ -49,10 +49,10 @@ SELECT COUNT(*) AS n FROM runner_conn
 
 -- name: runner_conn_watch
 -- The fallback of the runner channel (scale.md 3.3): for the runners this replica waits on, their state's epoch
--- and poll token and whether a command is due; one query for every waiter.
+-- and poll token and since when a command is due (null: none); one query for every waiter.
 SELECT r.id AS runner_id, c.epoch, c.poll_token,
-       EXISTS (SELECT 1 FROM runner_command q WHERE q.epoch = c.epoch AND q.outcome IS NULL
-               AND q.next_delivery <= :now AND q.expires_at > :now) AS due
+       (SELECT MIN(GREATEST(q.next_delivery, q.enqueued_at)) FROM runner_command q WHERE q.epoch = c.epoch
+        AND q.outcome IS NULL AND q.next_delivery <= :now AND q.expires_at > :now) AS due_since
 FROM runner r LEFT JOIN runner_conn c ON c.runner_id = r.id
 WHERE r.id = ANY(:runner_ids)
 

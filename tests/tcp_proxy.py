@@ -42,6 +42,9 @@ class TcpProxy:
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
         self._loop.run_forever()
+        # closed on its own thread: the caller's thread may run a loop of its own (Playwright's sync API does)
+        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+        self._loop.close()
 
     def _call(self, func: Callable[[], None]) -> None:
         done = threading.Event()
@@ -120,9 +123,6 @@ class TcpProxy:
         if self._thread.is_alive():
             self._loop.call_soon_threadsafe(stop)
             self._thread.join(10)
-        if not self._thread.is_alive() and not self._loop.is_closed():
-            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
-            self._loop.close()
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -23,7 +23,8 @@ from talaria.clock import ManualClock
 from talaria.errors import TalariaError
 from talaria.hub.runners.channels import ToolKind
 from talaria.hub.runners.connection_state import AccountRef, Gateway, Grant, ToolExecutor
-from talaria.hub.runners.shared_connections import SharedRunnerHub
+from talaria.hub.runners.shared_connections import ORPHAN_CLOSE_MS, SharedRunnerHub
+from talaria.lifecycle.records import LeaseRef
 from talaria.limits import LOGIN_MAX_FAILURES
 from talaria.settings import Settings
 from talaria.testing.hub_server import HubServer
@@ -44,6 +45,7 @@ from tests.integration.runner_support import (
     spawn,
     wait_until,
 )
+from tests.integration.writers_support import claimed_jobs
 
 pytestmark = pytest.mark.usefixtures("fast_argon2")
 
@@ -289,6 +291,131 @@ def test_a_state_ended_through_one_replica_closes_the_gateways_the_other_owns(pa
     assert_machine_ok(pair.on_b.post("goodbye", {}))
     wait_until(lambda: not gateway.open, what="A's gateway to close after a goodbye through B")
     assert drained(pair.a, gateway) == [None]
+
+
+def held_job(pair: Pair) -> tuple[str, LeaseRef]:
+    """A job claimed by a worker (through replica A's engine; of a cell no runner serves, so no dispatcher takes it)
+    and the lease it holds."""
+    [(job_id, _)] = claimed_jobs(pair.a.hub.engine, 1, cell="elsewhere")
+    [row] = raw_sql(Settings(database_url=pair.a.settings.database_url),
+                    "SELECT lease_id, lease_epoch FROM hermes_job WHERE id = ?", job_id)  # fmt: skip
+    return job_id, LeaseRef(row["lease_id"], int(row["lease_epoch"]))
+
+
+def gateway_row(pair: Pair, connection_id: str) -> dict[str, Any]:
+    [row] = raw_sql(Settings(database_url=pair.a.settings.database_url),
+                    "SELECT owner_replica, owner_counter, closed_at, orphaned_at FROM runner_gateway WHERE id = ?",
+                    connection_id)  # fmt: skip
+    return row
+
+
+def adopt_on_b(
+    pair: Pair, gateway: Gateway, job_id: str, lease: LeaseRef, after_seq: int = 0, server: HubServer | None = None
+) -> asyncio.Task[Any]:
+    """Replica B (or ``server``) adopting the gateway for the job held under ``lease``."""
+    on = server or pair.b
+    return spawn(on, on.hub.runners.adopt_gateway(
+        pair.id, gateway.id, pair.account(), job_id=job_id, lease=lease, after_seq=after_seq, runtime_id="rt-1",
+        profile="default"))  # fmt: skip
+
+
+def test_a_gateway_adopted_by_another_replica_replays_its_frames_and_fences_its_previous_owner(pair: Pair) -> None:
+    gateway = opened_on_a(pair)
+    for seq in (1, 2, 3):
+        assert_machine_ok(pair.on_b.post("event", frame(gateway, seq, seq)))
+    wait_until(lambda: gateway.last_seq == 3, what="A to receive its frames")
+    assert [f["payload"]["n"] for f in drained(pair.a, gateway)] == [1, 2, 3]
+    old_rpc = spawn(pair.a, pair.a.hub.channels.rpc(gateway, "session.interrupt", {"session_id": "rt-1"}))
+    job_id, lease = held_job(pair)
+    adopting = adopt_on_b(pair, gateway, job_id, lease, after_seq=1)
+    wait_until(lambda: gateway_row(pair, gateway.id)["owner_counter"] == 2, what="the adoption's commit")
+    old = take(pair.on_b, "gateway.rpc")
+    assert assert_machine_ok(pair.on_b.post("admit", {"id": old["id"]})) == {"allowed": False}, "the old owner's"
+    assert not adopting.done(), "the adoption waits for the previous owner's command to settle"
+    refused = {"code": "runner_command_not_admitted", "message": "not admitted"}
+    assert_machine_ok(pair.on_b.post("result", {"id": old["id"], "error": refused}))
+    adopted = outcome(pair.b, adopting)
+    assert isinstance(adopted, Gateway), adopted
+    assert getattr(outcome(pair.a, old_rpc), "code", None) == "runner_command_not_admitted"
+    assert adopted.owner_counter == 2 and gateway_row(pair, gateway.id)["owner_replica"] == replica_id(pair.b)
+    wait_until(lambda: adopted.last_seq == 3, what="the frames after the turn's first to be replayed")
+    assert [f["payload"]["n"] for f in drained(pair.b, adopted)] == [2, 3]
+    wait_until(lambda: not gateway.open, what="A to drop its object (fallback round)")
+    assert drained(pair.a, gateway) == [None]
+
+    # the previous owner's command and close under its old counter change nothing
+    state = pair.a.hub.runners.state_of(pair.id)
+    assert state is not None
+    late = spawn(pair.a, pair.a.hub.runners.send(
+        pair.id, "gateway.rpc", {"connectionId": gateway.id, "method": "session.interrupt", "params": {}},
+        account=pair.account(), profile=None, connection_id=gateway.id, valid=True, owner_counter=1))  # fmt: skip
+    late_error = outcome(pair.a, late)
+    assert (getattr(late_error, "code", None), getattr(late_error, "status", None)) == ("runner_connection_closed", 409)
+    pair.a.call(pair.a.hub.runners.end_channel(state, "gateway", gateway.id, owner_counter=1))
+    assert gateway_row(pair, gateway.id)["closed_at"] is None, "an old owner's close closes nothing"
+
+    assert_machine_ok(pair.on_a.post("event", frame(gateway, 4, 4)))  # through A: stored for its new owner
+    wait_until(lambda: adopted.last_seq == 4, what="B to receive a frame posted through A")
+    closing = spawn(pair.b, pair.b.hub.channels.close_gateway(adopted))
+    close = take(pair.on_a, "gateway.close")
+    assert assert_machine_ok(pair.on_a.post("admit", {"id": close["id"]})) == {"allowed": True}
+    assert_machine_ok(pair.on_a.post("result", {"id": close["id"], "result": {"ok": True}}))
+    assert outcome(pair.b, closing) is None
+    assert gateway_row(pair, gateway.id)["closed_at"] is not None
+
+
+def test_a_gateway_is_adopted_only_open_on_the_current_state_and_for_the_lease_holding_the_job(pair: Pair) -> None:
+    gateway = opened_on_a(pair)
+    job_id, lease = held_job(pair)
+    stale = LeaseRef(lease.lease_id, lease.lease_epoch + 1)
+    assert outcome(pair.b, adopt_on_b(pair, gateway, job_id, stale)) is None, "another lease epoch"
+    assert outcome(pair.b, adopt_on_b(pair, gateway, "job_01NOSUCHJOB", lease)) is None, "another job"
+    assert gateway_row(pair, gateway.id)["owner_counter"] == 1
+    assert isinstance(outcome(pair.b, adopt_on_b(pair, gateway, job_id, lease)), Gateway)
+    again = adopt_on_b(pair, gateway, job_id, lease, server=pair.a)
+    assert isinstance(outcome(pair.a, again), Gateway), "adopted again"
+    assert gateway_row(pair, gateway.id)["owner_counter"] == 3
+    closed = opened_on_a(pair)
+    pair.a.call(pair.a.hub.runners.end_channel(pair.a.hub.runners.state_of(pair.id), "gateway", closed.id))
+    assert outcome(pair.b, adopt_on_b(pair, closed, job_id, lease)) is None, "a closed gateway"
+
+
+def maintained(pair: Pair) -> None:
+    """One watchdog and maintenance pass on each replica (the one holding ``maintenance`` acts)."""
+    for server in (pair.a, pair.b):
+        server.call(server.hub.runners.tick())
+
+
+def test_maintenance_closes_a_dead_owner_s_gateway_nothing_adopted_within_60_s_but_a_running_job_s(
+    pair: Pair,
+) -> None:
+    settings = Settings(database_url=pair.a.settings.database_url)
+    orphan, kept = opened_on_a(pair), opened_on_a(pair)
+    job_id, _ = held_job(pair)
+    raw_sql(settings, "INSERT INTO job_turn (job_id, tenant, attempt, runner_id, profile, marker, state, created_at,"
+            " updated_at, connection_id, first_seq, runtime_session_id) VALUES (?, 'default', 1, ?, 'default', 'm',"
+            " 'submitted', 1, 1, ?, 1, 'rt-1')", job_id, pair.id, kept.id)  # fmt: skip
+    raw_sql(settings, "UPDATE runner_gateway SET owner_replica = 'rep_dead' WHERE id IN (?, ?)", orphan.id, kept.id)
+    maintained(pair)
+    found = gateway_row(pair, orphan.id)
+    assert found["orphaned_at"] is not None and found["closed_at"] is None, "found, not closed yet"
+    assert gateway_row(pair, kept.id)["orphaned_at"] is None, "the channel of a job not terminal stays"
+    raw_sql(settings, "UPDATE runner_gateway SET orphaned_at = orphaned_at - ? WHERE id = ?", ORPHAN_CLOSE_MS - 1000,
+            orphan.id)  # fmt: skip
+    maintained(pair)
+    assert gateway_row(pair, orphan.id)["closed_at"] is None, "59 s after it was found"
+    raw_sql(settings, "UPDATE runner_gateway SET orphaned_at = orphaned_at - 2000 WHERE id = ?", orphan.id)
+    maintained(pair)
+    assert gateway_row(pair, orphan.id)["closed_at"] is not None
+    close = take(pair.on_b, "gateway.close")
+    assert close["payload"] == {"connectionId": orphan.id}
+    assert assert_machine_ok(pair.on_b.post("admit", {"id": close["id"]})) == {"allowed": True}
+    assert_machine_ok(pair.on_b.post("result", {"id": close["id"], "result": {"ok": True}}))
+    raw_sql(settings, "UPDATE hermes_job SET state = 'CANCELLED', lease_id = NULL, lease_owner_principal = NULL,"
+            " lease_owner_instance = NULL, lease_acquired_at = NULL, lease_expires_at = NULL WHERE id = ?",
+            job_id)  # fmt: skip
+    maintained(pair)
+    assert gateway_row(pair, kept.id)["orphaned_at"] is not None, "once its job is terminal"
 
 
 class Tools:

@@ -60,19 +60,19 @@ def accept(turns: ChatTurns, conversation_id: str, text: str) -> str:
     return turns.accept(account, conversation_id, text=text, body=body, key=None).turn.id
 
 
-def claimed_jobs(engine: Engine, n: int) -> list[tuple[str, str]]:
-    """``n`` jobs claimed by a worker: (job id, lease id) each."""
+def claimed_jobs(engine: Engine, n: int, cell: str = "local") -> list[tuple[str, str]]:
+    """``n`` jobs of ``cell`` claimed by a worker: (job id, lease id) each."""
     author = Actor("acct:default/alice", frozenset(), "web", "default")
     admin = Actor("acct:default/bob", frozenset({"platform_admin"}), "web", "default")
     worker = Actor("worker-1", frozenset({"runtime"}), "trusted_proxy", "default")
     out = []
     for i in range(n):
-        task = engine.create_task(author, tenant="default", title=f"t{i}", spec={"prompt": "hi"}, cell="local",
+        task = engine.create_task(author, tenant="default", title=f"t{i}", spec={"prompt": "hi"}, cell=cell,
                                   profile="default", trace="a" * 32)  # fmt: skip
         engine.submit_task(author, tenant="default", task_id=task.id)
         task, dispatch, job = engine.approve_and_dispatch(admin, tenant="default", task_id=task.id)
         binding = Binding("default", task.id, task.trace, "worker-1", dispatch.provenance, dispatch.run_id,
-                          dispatch.id, job.id, "local", "default")  # fmt: skip
+                          dispatch.id, job.id, cell, "default")  # fmt: skip
         lease = engine.claim(worker, job_id=job.id, binding=binding, worker_instance="w1").answer.lease
         out.append((job.id, lease.lease_id))
     return out

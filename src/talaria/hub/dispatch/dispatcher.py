@@ -28,7 +28,7 @@ from talaria.errors import TalariaError
 from talaria.hub.dispatch import turn_recovery
 from talaria.hub.dispatch.cancel_relay import CancelRelay
 from talaria.hub.dispatch.hermes_hold import HermesHolds
-from talaria.hub.dispatch.holder import JobFailed, Lease, LeaseHolder
+from talaria.hub.dispatch.holder import TRANSIENT, JobFailed, Lease, LeaseHolder
 from talaria.hub.dispatch.job_turns import JobTurn, JobTurns, NextStep, next_step
 from talaria.hub.runners.connection_state import AccountRef
 from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
@@ -419,9 +419,16 @@ class Dispatcher:
         await self._until_online(turn.runner_id, cancel)
         if cancel.is_set():
             return None
+        if not await self._still_held(lease):
+            return None
         try:
             result = await turn_recovery.recover(
-                self.driver.channels, author, turn, clock=self.clock, deadline_ms=self.holder.deadline_ms(lease)
+                self.driver.channels,
+                author,
+                turn,
+                clock=self.clock,
+                deadline_ms=self.holder.deadline_ms(lease),
+                lease=lease.ref,
             )
         except turn_recovery.Unrecoverable as exc:
             raise JobFailed(UNCERTAIN, str(exc)) from None
@@ -430,9 +437,27 @@ class Dispatcher:
                 raise
             result = TurnResult("timeout", "", "", turn.stored_session_id, turn.marker)
         await asyncio.to_thread(
-            self.turns.finish, turn.job_id, result.status, turn_recovery.kept_reply(result), result.stored_id
+            self.turns.finish,
+            turn.job_id,
+            result.status,
+            turn_recovery.kept_reply(result),
+            result.stored_id,
+            lease.ref,
         )
         return result
+
+    async def _still_held(self, lease: Lease) -> bool:
+        """Renew the lease before recovering the turn from Hermes: a holder whose lease moved on must not take the
+        session over (the next holder adopts or resumes it, scale.md 4.4); it stops here, writing nothing."""
+        try:
+            await asyncio.to_thread(self.holder.beat, lease)
+        except TalariaError as exc:
+            if exc.code in TRANSIENT:  # not known to be lost: no other holder can claim the job before it expires
+                return True
+            log.info("dispatcher_lease_lost_before_recovery", job=lease.job_id, code=exc.code)
+            lease.lost = True
+            return False
+        return True
 
     async def _until_online(self, runner_id: str, cancel: asyncio.Event) -> None:
         while not self.runners.is_connected(runner_id) and not cancel.is_set():
@@ -477,17 +502,20 @@ class Dispatcher:
             resume_id = await asyncio.to_thread(member_sessions.resumable, self.store, member, record.id)
 
         async def before_submit(result: TurnResult) -> None:
+            gateway = result.gateway
             turn = JobTurn(
                 job_id=lease.job_id, tenant=lease.binding.tenant, attempt=lease.attempt, runner_id=record.id,
                 profile=lease.binding.profile, stored_session_id=result.stored_id, marker=result.marker,
-                state="submitting",
+                state="submitting", connection_id=gateway.id if gateway else None,
+                first_seq=gateway.last_seq + 1 if gateway else None, runtime_id=result.runtime_id,
             )  # fmt: skip
-            await asyncio.to_thread(self.turns.begin, turn)
+            await asyncio.to_thread(self.turns.begin, turn, lease.ref)
 
         async def after_submit(result: TurnResult) -> None:
-            await asyncio.to_thread(self.turns.submitted, lease.job_id, result.stored_id)
+            await asyncio.to_thread(self.turns.submitted, lease.job_id, result.stored_id, lease.ref)
 
-        hooks = TurnHooks(before_submit, after_submit, interrupt_abandoned=lambda: not self.stopping)
+        # a turn left by a stopping hub or a holder whose lease moved on runs on: the next holder adopts its channel
+        hooks = TurnHooks(before_submit, after_submit, interrupt_abandoned=lambda: not (self.stopping or lease.lost))
         try:
             result = await self.driver.run(
                 runner_id=record.id, account=author, profile=lease.binding.profile, work_id=lease.job_id,
@@ -500,7 +528,12 @@ class Dispatcher:
                 raise
             result = TurnResult("timeout", "", "", recorded.stored_session_id, recorded.marker)
         await asyncio.to_thread(
-            self.turns.finish, lease.job_id, result.status, turn_recovery.kept_reply(result), result.stored_id
+            self.turns.finish,
+            lease.job_id,
+            result.status,
+            turn_recovery.kept_reply(result),
+            result.stored_id,
+            lease.ref,
         )
         return result
 

@@ -7,6 +7,11 @@ then it is interrupted and ``turn_timeout`` raised); then the history decides: t
 after the user row holding the marker and before the next user row, there is an assistant row with
 ``finish_reason: "stop"``; its content is the reply. Anything else (no such row, the marker absent, the
 stored session unknown) is ``runner_command_uncertain``, and the session is never prompted again.
+
+On PostgreSQL replicas the recorded channel comes first (scale.md 4.4 step 3): while it is still open on the runner's
+current connection, the job's new holder adopts it (its previous owner died or lost the lease) instead of opening a
+second one, receives its frames again from the turn's first, waits for its previous owner's commands to settle, and
+asks ``session.active_list``: a turn still running is waited for as a re-attached one, then the history decides.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from talaria.hub.dispatch.job_turns import JobTurn
 from talaria.hub.runners.channels import Channels
 from talaria.hub.runners.connection_state import AccountRef, Gateway
 from talaria.hub.turns.driver import TurnResult, frame_within
+from talaria.lifecycle.records import LeaseRef
 
 log = structlog.get_logger("talaria.dispatcher")
 
@@ -103,13 +109,61 @@ async def _reattach(channels: Channels, gateway: Gateway, runtime_id: str, clock
             return
 
 
+async def _adopted(channels: Channels, account: AccountRef, turn: JobTurn, lease: LeaseRef | None) -> Gateway | None:
+    """The turn's recorded channel, adopted for the job held under ``lease``; None when there is none to adopt."""
+    if lease is None or turn.connection_id is None or turn.first_seq is None or not turn.runtime_id:
+        return None
+    return await channels.runners.adopt_gateway(
+        turn.runner_id, turn.connection_id, account, job_id=turn.job_id, lease=lease, after_seq=turn.first_seq - 1,
+        runtime_id=turn.runtime_id, profile=turn.profile,
+    )  # fmt: skip
+
+
+async def _still_running(channels: Channels, gateway: Gateway, turn: JobTurn) -> bool:
+    """Whether the adopted channel's session runs a turn now (``session.active_list``: any status but idle)."""
+    runtime_id = str(turn.runtime_id)
+    listed = await channels.rpc(gateway, "session.active_list", {"profile": turn.profile,
+                                                                "current_session_id": runtime_id})  # fmt: skip
+    sessions = listed.get("sessions") if isinstance(listed, dict) else None
+    mine = [s for s in (sessions or []) if isinstance(s, dict) and s.get("id") == runtime_id]
+    return bool(mine) and mine[0].get("status") not in (None, "idle")
+
+
+async def _from_history(channels: Channels, account: AccountRef, turn: JobTurn, stored: str) -> str:
+    """The reply of the marked run in the history of ``stored`` (or of the recorded session, which a compression
+    made its parent); ``Unrecoverable`` when it has none."""
+    assert turn.stored_session_id is not None
+    rows = await history(channels, turn.runner_id, account, stored, turn.profile)
+    reply = reply_after_marker(rows, turn.marker)
+    if reply is None and stored != turn.stored_session_id:  # compressed since: the marker may be in the parent
+        rows = await history(channels, turn.runner_id, account, turn.stored_session_id, turn.profile)
+        reply = reply_after_marker(rows, turn.marker)
+    if reply is None:
+        raise Unrecoverable("the turn left no reply (interrupted, or lost in a Hermes restart)")
+    return reply
+
+
 async def recover(
-    channels: Channels, account: AccountRef, turn: JobTurn, *, clock: Clock, deadline_ms: int
-) -> TurnResult:
+    channels: Channels, account: AccountRef, turn: JobTurn, *, clock: Clock, deadline_ms: int,
+    lease: LeaseRef | None = None,
+) -> TurnResult:  # fmt: skip
     """The turn's result from Hermes, or ``Unrecoverable`` (or ``turn_timeout`` when a re-attached turn
-    reaches ``deadline_ms``); never submits anything."""
+    reaches ``deadline_ms``); never submits anything. Given the job's ``lease``, the turn's channel is adopted
+    when it is still open (module docstring)."""
     if not turn.stored_session_id:
         raise Unrecoverable("no stored session was recorded for the turn")
+    adopted = await _adopted(channels, account, turn, lease)
+    if adopted is not None:
+        log.info("dispatcher_channel_adopted", job=turn.job_id, connection=adopted.id)
+        try:
+            runtime_id = str(turn.runtime_id)
+            if await _still_running(channels, adopted, turn):
+                await _reattach(channels, adopted, runtime_id, clock, deadline_ms)
+            reply = await _from_history(channels, account, turn, turn.stored_session_id)
+            return TurnResult("complete", reply, runtime_id, turn.stored_session_id, turn.marker)
+        finally:
+            with contextlib.suppress(TalariaError):
+                await channels.close_gateway(adopted)
     gateway = await channels.open_gateway(turn.runner_id, account)
     try:
         params: dict[str, Any] = {"session_id": turn.stored_session_id}
@@ -127,13 +181,7 @@ async def recover(
         # running without the marker in flight: another prompt runs in the session; only the history can say
         # whether this turn finished, and nothing is re-attached or submitted
         stored = str(resumed.get("resumed") or turn.stored_session_id)
-        rows = await history(channels, turn.runner_id, account, stored, turn.profile)
-        reply = reply_after_marker(rows, turn.marker)
-        if reply is None and stored != turn.stored_session_id:  # compressed since: the marker may be in the parent
-            rows = await history(channels, turn.runner_id, account, turn.stored_session_id, turn.profile)
-            reply = reply_after_marker(rows, turn.marker)
-        if reply is None:
-            raise Unrecoverable("the turn left no reply (interrupted, or lost in a Hermes restart)")
+        reply = await _from_history(channels, account, turn, stored)
         return TurnResult("complete", reply, runtime_id, stored, turn.marker)
     finally:
         with contextlib.suppress(TalariaError):

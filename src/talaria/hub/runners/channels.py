@@ -92,6 +92,7 @@ class Channels:
             profile=profile,
             connection_id=gateway.id,
             valid=valid,
+            owner_counter=gateway.owner_counter,
         )
         if method in CREATES_SESSION and isinstance(result, dict) and isinstance(result.get("session_id"), str):
             gateway.profiles[result["session_id"]] = profile or "default"
@@ -106,11 +107,11 @@ class Channels:
         state = self.runners.state_of(gateway.runner_id)
         if state is None:
             return
-        await self.runners.end_channel(state, "gateway", gateway.id)
+        await self.runners.end_channel(state, "gateway", gateway.id, owner_counter=gateway.owner_counter)
         if was_open:
             await self.runners.send(
                 gateway.runner_id, "gateway.close", {"connectionId": gateway.id}, account=gateway.account,
-                profile=None, valid=True,
+                profile=None, valid=True, connection_id=gateway.id, owner_counter=gateway.owner_counter,
             )  # fmt: skip
 
     # --- tool grants (7.5-7.7, 12) --------------------------------------------------------------------------
@@ -177,6 +178,8 @@ class Channels:
     async def admit(self, state: ConnState, command_id: str) -> bool:
         command = await self.runners.pending_command(state, command_id)
         if command is None or command.expires_at <= self.runners.clock.now_ms():
+            return False
+        if command.stale_owner:  # its sender no longer owns the gateway: another adopted it (scale.md 4.3)
             return False
         if command.kind in ("gateway.close", "grant.close"):
             return True

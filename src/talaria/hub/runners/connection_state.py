@@ -34,6 +34,10 @@ class CommandView(Protocol):
     def connection_id(self) -> str | None: ...
     @property
     def grant_id(self) -> str | None: ...
+    @property
+    def stale_owner(self) -> bool:
+        """Sent on a gateway under an owner counter it no longer has (another replica adopted it, scale.md 4.3)."""
+        ...
 
 
 @dataclass
@@ -53,6 +57,7 @@ class Command:
     delivered: int = 0
     next_delivery: int = 0
     timer: asyncio.TimerHandle | None = None
+    stale_owner: bool = False  # one hub owns every gateway it opened: never stale
 
     def wire(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "payload": self.payload, "expiresAt": self.expires_at}
@@ -72,6 +77,7 @@ class Gateway:
     open: bool = True
     revoked: bool = False
     last_seq: int = 0  # the last event number stored (failover-v1); 0 before the first
+    owner_counter: int = 1  # + 1 at each adoption by another owner (scale.md 4.4); commands carry it
 
 
 ToolExecutor = Callable[[str, dict[str, Any]], Awaitable[Any]]

@@ -31,6 +31,7 @@ from talaria.hub.runners.connection_state import (
 from talaria.hub.runners.transport import Observer, connection_gone, event_gap, gateway_closed, refused
 from talaria.hub.runners.validity import Validity
 from talaria.hub.timings import HubTimings
+from talaria.lifecycle.records import LeaseRef
 
 log = structlog.get_logger("talaria.runners")
 
@@ -150,6 +151,7 @@ class RunnerHub:
         connection_id: str | None = None,
         grant_id: str | None = None,
         valid: bool | None = None,
+        owner_counter: int | None = None,  # one hub owns what it opened: nothing is adopted here
     ) -> Any:
         """Queue one command and wait for its one outcome: the reply, or a TalariaError (6.1)."""
         if not (self.validity.check(account, runner_id, profile) if valid is None else valid):
@@ -253,7 +255,9 @@ class RunnerHub:
             return None
         return ChannelRow(grant.id, grant.account, profile=grant.profile, here=grant)
 
-    async def end_channel(self, state: ConnState, kind: str, channel_id: str, *, revoked: bool = False) -> None:
+    async def end_channel(
+        self, state: ConnState, kind: str, channel_id: str, *, revoked: bool = False, owner_counter: int | None = None
+    ) -> None:
         if kind == "grant":
             grant = state.grants.pop(channel_id, None)
             if grant is not None:
@@ -267,6 +271,13 @@ class RunnerHub:
         for command in [c for c in state.queue.values() if c.connection_id == channel_id]:
             if command.kind != "gateway.close":
                 self._settle(state, command, error=gateway_closed())
+
+    async def adopt_gateway(
+        self, runner_id: str, connection_id: str, account: AccountRef, *, job_id: str, lease: LeaseRef,
+        after_seq: int, runtime_id: str, profile: str,
+    ) -> Gateway | None:  # fmt: skip
+        """Never: a gateway of this hub dies with it (a restart makes new epochs), and its own turns keep theirs."""
+        return None
 
     async def revoke_gateway(self, state: ConnState, connection_id: str) -> None:
         gateway = state.gateways.get(connection_id)

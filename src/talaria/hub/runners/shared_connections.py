@@ -23,6 +23,12 @@ serves any runner request (scale.md 3.1-3.4; ADR 0045). The other ``RunnerTransp
   that checks the gateway and the number; the owner moves frames after its cursor (``Gateway.last_seq``) into the
   gateway's queue: at once when it stored them itself, else when ``talaria_event`` names the gateway, and in the
   fallback. A close marker (the runner's, the hub's, or the state's end) is the gateway's last row.
+- **Adoption** (scale.md 4.3, 4.4; ADR 0055). A job's next holder takes over the gateway its dead (or fenced-out)
+  previous owner left open: owner counter + 1, frames replayed from the turn's first event. Commands on a gateway
+  carry the owner counter they were sent under: enqueue and ``admit`` refuse them once it moved on, and a hub-side
+  close under an old counter closes nothing; a previous owner still alive finds the counter moved (its next read of
+  the gateway's frames, or the fallback) and drops its object. Maintenance closes a gateway whose owner is no longer
+  live and that nothing adopted within 60 s (a job turn's stays until its job is terminal).
 - **Tool calls** run on the replica they reach, with an executor made from the grant's ``tools`` when the grant is
   owned elsewhere, once per ``callId`` in the cluster (``runner_tool_call``: a duplicate waits for the running call
   or gets its outcome; a call of a replica no longer live is taken over at the next attempt).
@@ -56,9 +62,17 @@ from talaria.hub.runners.connection_state import (
     Gateway,
     Grant,
 )
-from talaria.hub.runners.transport import Observer, connection_gone, event_gap, gateway_closed, refused
+from talaria.hub.runners.transport import (
+    Observer,
+    adopted_elsewhere,
+    connection_gone,
+    event_gap,
+    gateway_closed,
+    refused,
+)
 from talaria.hub.runners.validity import Validity
 from talaria.hub.timings import HubTimings
+from talaria.lifecycle.records import LeaseRef
 from talaria.store.interface import Row, Signals, Store, Tx
 
 log = structlog.get_logger("talaria.runners")
@@ -76,6 +90,7 @@ ABANDONED_AFTER_MS = 60_000  # a pending command past its deadline by this much 
 SEEN_EVERY_MS = 1000  # as runner_conn_touch: a state's seen time is written at most once a second
 NOTIFIED_WITHIN_MS = 100  # a notification arrives well within this; a fallback wake sooner is not counted
 SENDERS_SETTLE_S = 5.0  # a stopping replica gives its senders this long to read the outcomes it settled
+ORPHAN_CLOSE_MS = 60_000  # a dead owner's gateway nothing adopted this long after it was found is closed (4.4 step 5)
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,7 @@ class StoredCommand:
     profile: str | None
     connection_id: str | None
     grant_id: str | None
+    stale_owner: bool = False
 
 
 @dataclass
@@ -356,7 +372,7 @@ class SharedRunnerHub:
     async def send(
         self, runner_id: str, kind: str, payload: dict[str, Any], *, account: AccountRef | None,
         profile: str | None, connection_id: str | None = None, grant_id: str | None = None,
-        valid: bool | None = None,
+        valid: bool | None = None, owner_counter: int | None = None,
     ) -> Any:  # fmt: skip
         if not (self.validity.check(account, runner_id, profile) if valid is None else valid):
             raise TalariaError("runner_command_not_admitted", "the account may not do this through this runner")
@@ -371,6 +387,7 @@ class SharedRunnerHub:
             "account_tenant": account.tenant if account else None,
             "auth_version": account.auth_version if account else None, "profile": profile,
             "connection_id": connection_id, "grant_id": grant_id, "sender_replica": self.replica_id,
+            "owner_counter": owner_counter if connection_id is not None else None,
         }  # fmt: skip
         woken = self._senders[command_id] = asyncio.Event()
         started = time.perf_counter()
@@ -416,6 +433,10 @@ class SharedRunnerHub:
                 raise TalariaError("runner_payload_limit", "the command is larger than 36 MiB")
             if int(load["bytes"]) + row["size"] > limits.MAX_PENDING_BYTES:
                 raise TalariaError("runner_busy", "the execution node has 64 MiB of commands pending")
+            if row["owner_counter"] is not None:  # sent by the gateway's owner: refused once another adopted it
+                gateway = tx.one("runner_gateway_counter", id=row["connection_id"])
+                if gateway is not None and int(gateway["owner_counter"]) != row["owner_counter"]:
+                    raise adopted_elsewhere()
             tx.run("runner_command_insert", epoch=state["epoch"], **row)
         held_by: str | None = state["poll_replica"]
         return held_by
@@ -455,7 +476,7 @@ class SharedRunnerHub:
         return StoredCommand(
             id=row["id"], kind=row["kind"], payload=json.loads(row["wire"])["payload"],
             expires_at=int(row["expires_at"]), account=account, profile=row["profile"],
-            connection_id=row["connection_id"], grant_id=row["grant_id"],
+            connection_id=row["connection_id"], grant_id=row["grant_id"], stale_owner=bool(row["stale_owner"]),
         )  # fmt: skip
 
     def _pending(self, command_id: str, epoch: str) -> Row | None:
@@ -512,7 +533,9 @@ class SharedRunnerHub:
         with self.store.read() as tx:
             return tx.one(query, id=channel_id, epoch=epoch)
 
-    async def end_channel(self, state: ConnState, kind: str, channel_id: str, *, revoked: bool = False) -> None:
+    async def end_channel(
+        self, state: ConnState, kind: str, channel_id: str, *, revoked: bool = False, owner_counter: int | None = None
+    ) -> None:
         local = self._local.get(state.runner_id)
         if kind == "grant":
             grant = local.grants.pop(channel_id, None) if local is not None else None
@@ -522,12 +545,16 @@ class SharedRunnerHub:
             if owner not in (None, self.replica_id):
                 self.signals.notify(TOOL_CHANNEL, channel_id)
             return
-        gateway = local.gateways.pop(channel_id, None) if local is not None else None
+        gateway = local.gateways.get(channel_id) if local is not None else None
+        if gateway is not None and owner_counter is not None and gateway.owner_counter != owner_counter:
+            gateway = None  # the object of the owner that adopted it here since: not the caller's to close
+        if gateway is not None and local is not None:
+            del local.gateways[channel_id]
         if gateway is not None and gateway.open:  # its reader hears the end once
             gateway.revoked = gateway.revoked or revoked
             gateway.open = False
             gateway.events.put_nowait(None)
-        owner, settled = await run_in_threadpool(self._close_gateway, channel_id, revoked, False)
+        owner, settled = await run_in_threadpool(self._close_gateway, channel_id, revoked, False, owner_counter)
         self._woke_senders(settled)
         if owner not in (None, self.replica_id):
             self.signals.notify(EVENT_CHANNEL, channel_id)
@@ -537,19 +564,73 @@ class SharedRunnerHub:
             row = tx.one("runner_grant_close", id=grant_id, now=self.clock.now_ms())
         return row["owner_replica"] if row is not None else None
 
-    def _close_gateway(self, connection_id: str, revoked: bool, marked: bool) -> tuple[str | None, list[Row]]:
+    def _close_gateway(
+        self, connection_id: str, revoked: bool, marked: bool, counter: int | None = None
+    ) -> tuple[str | None, list[Row]]:
         """Close a gateway's row (with a close marker unless ``marked``) and fail its pending commands (but its own
-        close) in one transaction: its owner replica, if it was open, and the commands settled."""
+        close) in one transaction: its owner replica, if it was open, and the commands settled. With ``counter``,
+        nothing happens once the gateway's owner counter moved on (adopted by another owner)."""
         with self.store.write() as tx:
-            return self._close_gateway_in(tx, connection_id, revoked, marked)
+            return self._close_gateway_in(tx, connection_id, revoked, marked, counter)
 
     def _close_gateway_in(
-        self, tx: Tx, connection_id: str, revoked: bool, marked: bool
+        self, tx: Tx, connection_id: str, revoked: bool, marked: bool, counter: int | None = None
     ) -> tuple[str | None, list[Row]]:
         now = self.clock.now_ms()
-        closed = tx.one("runner_gateway_close", id=connection_id, now=now, revoked=revoked, marked=marked)
+        closed = tx.one("runner_gateway_close", id=connection_id, now=now, revoked=revoked, marked=marked,
+                        counter=counter)  # fmt: skip
+        if closed is None and counter is not None:
+            return None, []  # adopted since (or closed already): the new owner's commands stay
         settled = tx.all("runner_command_close_gateway", connection_id=connection_id, now=now)
         return (closed["owner_replica"] if closed is not None else None), settled
+
+    async def adopt_gateway(
+        self, runner_id: str, connection_id: str, account: AccountRef, *, job_id: str, lease: LeaseRef,
+        after_seq: int, runtime_id: str, profile: str,
+    ) -> Gateway | None:  # fmt: skip
+        row = await run_in_threadpool(self._adopt, runner_id, connection_id, job_id, lease)
+        if row is None:
+            return None
+        local = self._channels(runner_id, row["epoch"])
+        previous = local.gateways.get(connection_id)
+        if previous is not None:  # this replica owned it before under an older counter (its lease lost meanwhile)
+            self._lose(previous)
+        gateway = Gateway(connection_id, runner_id, account, cleanup_only=False)
+        gateway.owner_counter = int(row["owner_counter"])
+        gateway.last_seq = after_seq
+        gateway.profiles[runtime_id] = profile
+        local.gateways[connection_id] = gateway
+        log.info("runner_gateway_adopted", runner=runner_id, connection=connection_id, counter=gateway.owner_counter)
+        self.signals.notify(EVENT_CHANNEL, connection_id)  # a previous owner still alive drops its object
+        self._pull_soon(connection_id)  # the turn's frames from its first one
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + self.timings.command_deadline_s
+        while loop.time() < ends and gateway.open:  # scale.md 4.4 step 3: the previous owner's commands settle first
+            if not await run_in_threadpool(self._previous_owner_pending, connection_id, gateway.owner_counter):
+                break
+            await asyncio.sleep(min(self._fallback_s, 0.2))
+        return gateway
+
+    def _adopt(self, runner_id: str, connection_id: str, job_id: str, lease: LeaseRef) -> Row | None:
+        with self.store.write() as tx:
+            return tx.one("runner_gateway_adopt", id=connection_id, runner_id=runner_id, replica=self.replica_id,
+                          job_id=job_id, lease_id=lease.lease_id, lease_epoch=lease.lease_epoch)  # fmt: skip
+
+    def _previous_owner_pending(self, connection_id: str, counter: int) -> bool:
+        with self.store.read() as tx:
+            row = tx.one("runner_command_of_previous_owner", connection_id=connection_id, counter=counter,
+                         now=self.clock.now_ms())  # fmt: skip
+        return row is not None
+
+    def _lose(self, gateway: Gateway) -> None:
+        """Another owner adopted this gateway: this replica's object closes (its reader hears the end once) and
+        goes, the row untouched."""
+        if gateway.open:
+            gateway.open = False
+            gateway.events.put_nowait(None)
+        for local in self._local.values():
+            if local.gateways.get(gateway.id) is gateway:
+                del local.gateways[gateway.id]
 
     async def revoke_gateway(self, state: ConnState, connection_id: str) -> None:
         local = self._local.get(state.runner_id)
@@ -781,6 +862,9 @@ class SharedRunnerHub:
                 if gateway is None:
                     return
                 rows = await run_in_threadpool(self._frames_after, connection_id, gateway.last_seq)
+                if rows and int(rows[0]["owner_counter"]) != gateway.owner_counter:
+                    self._lose(gateway)  # adopted by another owner
+                    return
                 for row in rows:
                     if not gateway.open or int(row["seq"]) != gateway.last_seq + 1:
                         break
@@ -840,6 +924,8 @@ class SharedRunnerHub:
                 self._after_end(ended)
         if self._may_act("maintenance"):
             self._woke_senders(await run_in_threadpool(self._upkeep))
+            for orphan in await run_in_threadpool(self._orphans):
+                self._recheck_task(self._close_orphan(orphan))
 
     def _unseen(self, before: int) -> list[_Ended]:
         with self.store.read() as tx:
@@ -861,6 +947,33 @@ class SharedRunnerHub:
             tx.run("runner_gateway_prune", before=now - FRAMES_KEPT_MS)
             tx.run("runner_grant_prune", before=now - FRAMES_KEPT_MS)
         return settled
+
+    def _orphans(self) -> list[Row]:
+        """Gateways of owners no longer live: marked when first found, returned once nothing adopted them within
+        60 s, closed on the hub side (under the counter read, so an adoption in between wins)."""
+        now = self.clock.now_ms()
+        with self.store.write() as tx:
+            tx.run("runner_gateway_mark_orphans", now=now, live_since=now - REPLICA_LIVE_MS)
+        with self.store.read() as tx:
+            found = tx.all("runner_gateway_orphans", before=now - ORPHAN_CLOSE_MS)
+        closed = []
+        for row in found:
+            owner, settled = self._close_gateway(row["id"], False, False, int(row["owner_counter"]))
+            self._woke_senders(settled)
+            if owner is not None:
+                closed.append(row)
+        return closed
+
+    async def _close_orphan(self, row: Row) -> None:
+        """Tell the runner to close a dead owner's gateway (closed here already): its sessions stop being owned."""
+        log.info("runner_gateway_orphan_closed", runner=row["runner_id"], connection=row["id"])
+        account = AccountRef(row["account_username"], row["account_tenant"], int(row["auth_version"]))
+        try:
+            await self.send(row["runner_id"], "gateway.close", {"connectionId": row["id"]}, account=account,
+                            profile=None, valid=True, connection_id=row["id"],
+                            owner_counter=int(row["owner_counter"]))  # fmt: skip
+        except TalariaError as exc:  # offline or gone: its channels died with its connection
+            log.info("runner_gateway_orphan_close_failed", connection=row["id"], code=exc.code)
 
     # --- wake-ups ------------------------------------------------------------------------------------------------
 
@@ -946,6 +1059,9 @@ class SharedRunnerHub:
         if owned:
             for row in await run_in_threadpool(self._watch_gateways, owned):
                 gateway = self._owned(row["id"])
+                if gateway is not None and int(row["owner_counter"]) != gateway.owner_counter:
+                    self._lose(gateway)  # adopted by another owner
+                    continue
                 if gateway is not None and (int(row["last_seq"]) > gateway.last_seq or row["closed_at"] is not None):
                     if count and row["id"] not in self._pulling:
                         self._fallback_woke(EVENT_CHANNEL)

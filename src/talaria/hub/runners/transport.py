@@ -16,6 +16,7 @@ from talaria.clock import Clock
 from talaria.errors import TalariaError
 from talaria.hub.runners.connection_state import AccountRef, ChannelRow, CommandView, ConnState, Gateway, Grant
 from talaria.hub.runners.validity import Validity
+from talaria.lifecycle.records import LeaseRef
 
 Observer = Callable[[str, float | None], None]  # (outcome, round-trip seconds or None)
 
@@ -37,9 +38,11 @@ class RunnerTransport(Protocol):
     async def send(
         self, runner_id: str, kind: str, payload: dict[str, Any], *, account: AccountRef | None,
         profile: str | None, connection_id: str | None = None, grant_id: str | None = None,
-        valid: bool | None = None,
+        valid: bool | None = None, owner_counter: int | None = None,
     ) -> Any:  # fmt: skip
-        """Queue one command and wait for its one outcome: the reply, or a ``TalariaError`` (6.1)."""
+        """Queue one command and wait for its one outcome: the reply, or a ``TalariaError`` (6.1). A command on a
+        gateway sent under ``owner_counter`` is refused (409 ``runner_connection_closed``) once another owner adopted
+        the gateway (scale.md 4.3), and so is its ``admit``."""
         ...
 
     async def complete(self, state: ConnState, command_id: str, body: dict[str, Any]) -> None:
@@ -58,9 +61,23 @@ class RunnerTransport(Protocol):
         """An open ``gateway`` or ``grant`` of this state as this hub process sees it (admit, event, tool)."""
         ...
 
-    async def end_channel(self, state: ConnState, kind: str, channel_id: str, *, revoked: bool = False) -> None:
+    async def end_channel(
+        self, state: ConnState, kind: str, channel_id: str, *, revoked: bool = False, owner_counter: int | None = None
+    ) -> None:
         """Close a gateway or grant on the hub side: its owner sees it closed (``revoked``: because its account lost
-        its access); a gateway's pending commands (but its own close) fail 409."""
+        its access); a gateway's pending commands (but its own close) fail 409. With ``owner_counter``, a gateway
+        closes only while its owner counter is still that one (an owner it was adopted from closes nothing)."""
+        ...
+
+    async def adopt_gateway(
+        self, runner_id: str, connection_id: str, account: AccountRef, *, job_id: str, lease: LeaseRef,
+        after_seq: int, runtime_id: str, profile: str,
+    ) -> Gateway | None:  # fmt: skip
+        """Take over an open gateway of the runner's current state for the job held under ``lease`` (scale.md 4.4):
+        owner counter + 1, its frames after ``after_seq`` replayed into the returned gateway's queue, ``runtime_id``
+        owned by it under ``profile``; returns once no command its previous owner sent on it is pending. None when
+        the gateway is closed, of another state or runner, the lease no longer holds the job, or this transport's
+        channels die with their hub (SQLite)."""
         ...
 
     async def revoke_gateway(self, state: ConnState, connection_id: str) -> None:
@@ -149,6 +166,10 @@ def refused(code: str) -> TalariaError:
 
 def gateway_closed(what: str = "the gateway connection is closed") -> TalariaError:
     return TalariaError("runner_connection_closed", what, status=409)
+
+
+def adopted_elsewhere() -> TalariaError:
+    return TalariaError("runner_connection_closed", "another owner took this gateway over", status=409)
 
 
 def connection_gone() -> TalariaError:

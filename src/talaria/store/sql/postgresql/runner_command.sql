@@ -6,9 +6,10 @@ WHERE epoch = :epoch AND outcome IS NULL AND expires_at > :now
 -- name: runner_command_insert
 -- A command joins the queue of a state.
 INSERT INTO runner_command (id, runner_id, epoch, kind, wire, size, enqueued_at, expires_at, account_username,
-                            account_tenant, auth_version, profile, connection_id, grant_id, sender_replica)
+                            account_tenant, auth_version, profile, connection_id, grant_id, sender_replica,
+                            owner_counter)
 VALUES (:id, :runner_id, :epoch, :kind, :wire, :size, :now, :expires_at, :account_username, :account_tenant,
-        :auth_version, :profile, :connection_id, :grant_id, :sender_replica)
+        :auth_version, :profile, :connection_id, :grant_id, :sender_replica, :owner_counter)
 
 -- name: runner_command_due
 -- A poll's batch candidates: pending, due and unexpired, in enqueue order (the 38 MiB cut is the caller's).
@@ -27,9 +28,21 @@ UPDATE runner_command SET delivered = delivered + 1, next_delivery = :again
 WHERE id = ANY(:ids) AND outcome IS NULL
 
 -- name: runner_command_pending
--- A pending command of a state, for admit.
-SELECT id, kind, wire, expires_at, account_username, account_tenant, auth_version, profile, connection_id, grant_id
-FROM runner_command WHERE id = :id AND epoch = :epoch AND outcome IS NULL
+-- A pending command of a state, for admit, with whether it was sent on a gateway under an owner counter the gateway
+-- no longer has (adopted since: scale.md 4.3).
+SELECT c.id, c.kind, c.wire, c.expires_at, c.account_username, c.account_tenant, c.auth_version, c.profile,
+       c.connection_id, c.grant_id,
+       (c.owner_counter IS NOT NULL AND g.owner_counter IS DISTINCT FROM c.owner_counter) AS stale_owner
+FROM runner_command c LEFT JOIN runner_gateway g ON g.id = c.connection_id
+WHERE c.id = :id AND c.epoch = :epoch AND c.outcome IS NULL
+
+-- name: runner_command_of_previous_owner
+-- Whether a command sent on a gateway under an earlier owner counter is still pending and unexpired (an adopting
+-- owner waits for none to be left: scale.md 4.4 step 3).
+SELECT 1 AS pending FROM runner_command
+WHERE connection_id = :connection_id AND outcome IS NULL AND expires_at > :now
+  AND owner_counter IS NOT NULL AND owner_counter < :counter
+LIMIT 1
 
 -- name: runner_command_settle
 -- A command's one outcome (a result post, a deadline, a closed gateway): only while none is set, and only for the

@@ -21,12 +21,13 @@ UPDATE runner_gateway SET last_seq = :seq WHERE id = :id
 
 -- name: runner_gateway_close
 -- A gateway closed on the hub side or by the runner's close marker: closed once, with a close marker at the next seq
--- (the runner's own marker, when it sent one, is stored by the caller first).
+-- (the runner's own marker, when it sent one, is stored by the caller first). With a counter, only while the gateway's
+-- owner counter is that one (an owner it was adopted from closes nothing).
 WITH closed AS (
     UPDATE runner_gateway
     SET closed_at = :now, revoked = revoked OR :revoked,
         last_seq = CASE WHEN :marked THEN last_seq ELSE last_seq + 1 END
-    WHERE id = :id AND closed_at IS NULL
+    WHERE id = :id AND closed_at IS NULL AND (:counter IS NULL OR owner_counter = :counter)
     RETURNING id, last_seq, owner_replica
 ), marker AS (
     INSERT INTO runner_event (connection_id, seq, frame, closed)
@@ -49,8 +50,41 @@ SELECT id, last_seq, NULL, TRUE FROM closed
 UPDATE runner_gateway SET revoked = TRUE WHERE id = :id AND epoch = :epoch
 
 -- name: runner_gateway_progress
--- The fallback of the event channel (scale.md 3.3): for the gateways this replica owns, how far their frames go.
-SELECT id, last_seq, closed_at FROM runner_gateway WHERE id = ANY(:ids)
+-- The fallback of the event channel (scale.md 3.3): for the gateways this replica owns, how far their frames go and
+-- whether another replica adopted one.
+SELECT id, last_seq, closed_at, owner_counter FROM runner_gateway WHERE id = ANY(:ids)
+
+-- name: runner_gateway_counter
+-- A gateway's owner counter (open or closed), checked when a command is queued on it.
+SELECT owner_counter FROM runner_gateway WHERE id = :id
+
+-- name: runner_gateway_adopt
+-- A new owner takes over an open gateway of the runner's current state for a job it holds (scale.md 4.4 step 3):
+-- owner counter + 1, no longer an orphan. Only while the job is held under the given lease.
+UPDATE runner_gateway g
+SET owner_replica = :replica, owner_counter = g.owner_counter + 1, orphaned_at = NULL
+FROM runner_conn c
+WHERE g.id = :id AND g.runner_id = :runner_id AND g.closed_at IS NULL AND NOT g.cleanup_only
+  AND c.runner_id = g.runner_id AND c.epoch = g.epoch
+  AND EXISTS (SELECT 1 FROM hermes_job j WHERE j.id = :job_id AND j.lease_id = :lease_id
+                                          AND j.lease_epoch = :lease_epoch FOR SHARE)
+RETURNING g.id, g.epoch, g.owner_counter, g.last_seq
+
+-- name: runner_gateway_mark_orphans
+-- Maintenance: open gateways whose owner replica is not live are orphans from now on (scale.md 4.4 step 5), except
+-- the channel of a job turn whose job is not terminal yet (its next holder adopts it).
+UPDATE runner_gateway g SET orphaned_at = :now
+WHERE g.closed_at IS NULL AND g.orphaned_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM hub_replica r WHERE r.id = g.owner_replica AND r.renewed_at > :live_since)
+  AND NOT EXISTS (SELECT 1 FROM job_turn t JOIN hermes_job j ON j.id = t.job_id
+                  WHERE t.connection_id = g.id AND j.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED'))
+
+-- name: runner_gateway_orphans
+-- Maintenance: orphans nothing adopted within 60 s, to be closed (a few at a time).
+SELECT g.id, g.runner_id, g.epoch, g.owner_counter, g.account_username, g.account_tenant, g.auth_version
+FROM runner_gateway g
+WHERE g.closed_at IS NULL AND g.orphaned_at < :before
+ORDER BY g.orphaned_at LIMIT 50
 
 -- name: runner_gateway_prune
 -- Frames are kept 1 h after their gateway closed (scale.md 3.1); the gateway row goes with them.

@@ -1,7 +1,11 @@
 """Many runners in one process, for the benchmarks and load tests (``bench/dispatch.py``; scale.md 6 scenario 13):
 each long-polls ``BASE/api/runner/v1/<id>/poll`` as one instance and answers every command at once with an empty
 200 ``http`` result (no ``admit``, no Hermes; a failed post is tried three times, 30 s each). A failed poll (a
-reset, a replica gone) is tried again after a short pause with the same instance, as a runner does.
+reset, a replica gone) is tried again after a short pause with the same instance, as a runner does. Each runner
+has its own HTTP client (at most two connections), as a runner process has: one ``httpx`` pool of 1,000 long-polls
+costs O(connections) on every request's start and end in ``httpcore``'s bookkeeping (O(idle x connections) once
+answers wait to be read), which took the whole load's CPU on a busy machine, so answers were read and results
+posted many seconds late (past a command's 30 s deadline).
 
     python -m talaria.testing.runner_load BASE_URL
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl
 import sys
 import time
 import uuid
@@ -38,8 +43,14 @@ class Load:
         self.runners = runners
         self.arrivals: dict[str, int] = {}
         self.arrived = asyncio.Event()
+        self.tls = ssl.create_default_context()  # shared: httpx would load the CA bundle again for every client
 
-    async def run_one(self, client: httpx.AsyncClient, runner_id: str, token: str) -> None:
+    async def run_one(self, runner_id: str, token: str) -> None:
+        limits = httpx.Limits(max_connections=2, max_keepalive_connections=2)  # a poll, a result post
+        async with httpx.AsyncClient(limits=limits, verify=self.tls) as client:
+            await self.serve(client, runner_id, token)
+
+    async def serve(self, client: httpx.AsyncClient, runner_id: str, token: str) -> None:
         headers = {"Authorization": f"Bearer {token}", "X-Runner-Instance": str(uuid.uuid4()),
                    "X-Runner-Protocol": "1"}  # fmt: skip
         url = f"{self.base}/api/runner/v1/{runner_id}"
@@ -79,18 +90,15 @@ class Load:
         print(json.dumps(self.arrivals), flush=True)
 
     async def main(self) -> None:
-        count = len(self.runners)
-        limits = httpx.Limits(max_connections=count * 2, max_keepalive_connections=count * 2)
-        async with httpx.AsyncClient(limits=limits) as client:
-            tasks = [asyncio.create_task(self.run_one(client, r, t)) for r, t in self.runners]
-            loop = asyncio.get_running_loop()
-            while line := await loop.run_in_executor(None, sys.stdin.readline):
-                words = line.split()
-                if words[:1] == ["report"]:
-                    await self.report(int(words[1]))
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        tasks = [asyncio.create_task(self.run_one(r, t)) for r, t in self.runners]
+        loop = asyncio.get_running_loop()
+        while line := await loop.run_in_executor(None, sys.stdin.readline):
+            words = line.split()
+            if words[:1] == ["report"]:
+                await self.report(int(words[1]))
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def main() -> int:

@@ -144,6 +144,10 @@ def test_dispatcher_per_runner_holds_across_replicas(postgres_server: PostgresSe
         assert both.hermes.prompt_count("held job") == 1, "each replica's dispatcher scanned: the runner's one slot"
         states = sorted(bob.get(f"/api/jobs/{job_id}").json()["job"]["state"] for job_id in jobs)
         assert states == ["QUEUED", "RUNNING"], states
+        [queued] = [j for j in jobs if bob.get(f"/api/jobs/{j}").json()["job"]["state"] == "QUEUED"]
+        for client in (alice, bob):  # through either replica, whichever runs the other job
+            reason = client.get(f"/api/jobs/{queued}").json()["job"]["waitingReason"]
+            assert "is busy" in reason, reason
         both.hermes.delta_delay_for("held job", 0)
         for job_id in jobs:
             until(lambda j=job_id: bob.get(f"/api/jobs/{j}").json()["job"]["state"] == "SUCCEEDED" or None, 60)

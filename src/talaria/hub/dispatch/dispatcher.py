@@ -145,8 +145,10 @@ class Dispatcher:
         await self.holds.stop()
 
     def is_full(self, runner_id: str) -> bool:
-        """Whether a job for this runner would wait for a free slot (its own, or the hub's)."""
-        busy = self.per_runner.get(runner_id, 0) >= self.settings.dispatcher_per_runner
+        """Whether a job for this runner would wait for a free slot: the runner's (taken here, or on PostgreSQL by
+        any replica: scale.md 3.7), or this hub's."""
+        limit = self.settings.dispatcher_per_runner
+        busy = self.per_runner.get(runner_id, 0) >= limit or self.slots.busy(runner_id, limit) >= limit
         return busy or len(self.running) >= self.settings.dispatcher_per_hub
 
     def wake(self) -> None:

@@ -32,6 +32,10 @@ class RunnerSlots(Protocol):
         """The work is over here: its slot is free at once."""
         ...
 
+    def busy(self, runner_id: str, limit: int) -> int:
+        """How many of the runner's ``limit`` slots the cluster holds now (0 where each hub counts its own)."""
+        ...
+
 
 class LocalSlots:
     """One hub: its own in-memory counts are the limit."""
@@ -44,6 +48,9 @@ class LocalSlots:
 
     def free(self, runner_id: str, slot: int, work_id: str) -> None:
         return None
+
+    def busy(self, runner_id: str, limit: int) -> int:
+        return 0
 
 
 class SharedSlots:
@@ -77,3 +84,11 @@ class SharedSlots:
     def free(self, runner_id: str, slot: int, work_id: str) -> None:
         with self.store.write() as tx:
             tx.run(f"{self.kind}_slot_free", runner_id=runner_id, slot=slot, **{self._work: work_id})
+
+    def busy(self, runner_id: str, limit: int) -> int:
+        if self.kind != "dispatch":
+            raise ValueError("only dispatch slots are counted")
+        now = self.clock.now_ms()
+        with self.store.read() as tx:
+            row = tx.one("dispatch_slot_busy", runner_id=runner_id, limit=limit, now=now, stale=now - CLAIM_GRACE_MS)
+        return int(row["n"]) if row is not None else 0

@@ -23,3 +23,12 @@ DELETE FROM dispatch_slot WHERE runner_id = :runner_id AND slot = :slot AND job_
 -- name: dispatch_slot_drop_job
 -- Before a job takes a slot: whatever slot it held before (an earlier attempt's) is given up.
 DELETE FROM dispatch_slot WHERE runner_id = :runner_id AND job_id = :job_id
+
+-- name: dispatch_slot_busy
+-- How many of a runner's slots 1..:limit are held now (the rules of dispatch_slot_take, read): a job's reason to wait.
+SELECT count(*) AS n FROM dispatch_slot s
+WHERE s.runner_id = :runner_id AND s.slot <= :limit
+  AND ((s.lease_id IS NULL AND s.taken_at > :stale)
+       OR (s.lease_id IS NOT NULL AND EXISTS (
+            SELECT 1 FROM hermes_job j WHERE j.id = s.job_id AND j.lease_id = s.lease_id
+            AND j.state IN ('LEASED', 'RUNNING') AND j.lease_expires_at > :now)))

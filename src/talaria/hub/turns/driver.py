@@ -95,7 +95,14 @@ async def frame_within(gateway: Gateway, clock: Clock, deadline_ms: int) -> dict
     left = (deadline_ms - clock.now_ms()) / 1000
     if left <= 0:
         raise TalariaError(TURN_TIMEOUT, "the turn reached its time limit (turns.max_turn_s) and was stopped")
-    return await asyncio.wait_for(gateway.events.get(), min(left, DEADLINE_CHECK_S))
+    return await next_frame(gateway, min(left, DEADLINE_CHECK_S))
+
+
+async def next_frame(gateway: Gateway, seconds: float) -> dict[str, Any] | None:
+    """The channel's next frame within ``seconds`` (``TimeoutError`` after). Not ``asyncio.wait_for``: on Python 3.11
+    a cancel arriving as the frame does returns the frame and drops the cancel (the caller's turn would run on)."""
+    async with asyncio.timeout(seconds):
+        return await gateway.events.get()
 
 
 def run_marker(run_id: str, work_id: str) -> str:
@@ -349,7 +356,7 @@ class TurnDriver:
         until = loop.time() + SESSION_INFO_WAIT_S
         while (left := until - loop.time()) > 0:
             try:
-                frame = await asyncio.wait_for(gateway.events.get(), left)
+                frame = await next_frame(gateway, left)
             except TimeoutError:
                 return
             if frame is None:

@@ -43,6 +43,7 @@ from talaria.lifecycle.engine import Engine
 from talaria.settings import Settings
 from talaria.store.interface import Signals, Store
 from talaria.teams import member_sessions
+from talaria.timeouts import within
 
 log = structlog.get_logger("talaria.dispatcher")
 
@@ -163,7 +164,7 @@ class Dispatcher:
     async def _loop(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.timings.dispatcher_scan_s)
+                await within(self._wake.wait(), self.timings.dispatcher_scan_s)
             self._wake.clear()
             try:
                 await self.scan()

@@ -32,6 +32,7 @@ from talaria.hub.runners.transport import Observer, connection_gone, event_gap, 
 from talaria.hub.runners.validity import Validity
 from talaria.hub.timings import HubTimings
 from talaria.lifecycle.records import LeaseRef
+from talaria.timeouts import within
 
 log = structlog.get_logger("talaria.runners")
 
@@ -99,7 +100,7 @@ class RunnerHub:
         waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         state.waiter = waiter
         try:
-            reason = await asyncio.wait_for(asyncio.shield(waiter), self._hold_seconds(state))
+            reason = await within(asyncio.shield(waiter), self._hold_seconds(state))
         except TimeoutError:
             reason = "timeout"
         finally:

@@ -74,6 +74,7 @@ from talaria.hub.runners.validity import Validity
 from talaria.hub.timings import HubTimings
 from talaria.lifecycle.records import LeaseRef
 from talaria.store.interface import Row, Signals, Store, Tx
+from talaria.timeouts import within
 
 log = structlog.get_logger("talaria.runners")
 
@@ -324,7 +325,7 @@ class SharedRunnerHub:
                 if wait <= 0:
                     return empty
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(waiter.event.wait(), wait)
+                    await within(waiter.event.wait(), wait)
                 if waiter.reason == "shutdown":
                     raise TalariaError("hub_shutting_down", "the hub is shutting down; retry")
                 if waiter.reason == "superseded":
@@ -400,7 +401,7 @@ class SharedRunnerHub:
                 wait = ends - loop.time()
                 if wait > 0:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(woken.wait(), wait)
+                        await within(woken.wait(), wait)
                 woken.clear()
                 settled = await run_in_threadpool(self._outcome, command_id, loop.time() >= ends)
                 if settled is not None:
@@ -1154,7 +1155,7 @@ class SharedRunnerHub:
             for event in self._senders.values():
                 event.set()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._no_senders.wait(), SENDERS_SETTLE_S)
+                await within(self._no_senders.wait(), SENDERS_SETTLE_S)
         for local in self._local.values():
             local.close()
         self._local.clear()

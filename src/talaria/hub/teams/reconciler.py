@@ -22,6 +22,7 @@ from talaria.store.interface import Store
 from talaria.teams import reads
 from talaria.teams.reconcile import Reconcile
 from talaria.teams.steps import Effects
+from talaria.timeouts import within
 
 log = structlog.get_logger("talaria.teams")
 TURN_ENDS = frozenset({"turn.completed", "turn.failed", "turn.interrupted", "turn.uncertain"})
@@ -83,7 +84,7 @@ class TeamReconciler:
     async def _main(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval_s)
+                await within(self._wake.wait(), self.interval_s)
             self._wake.clear()
             try:
                 await asyncio.to_thread(self.run_once)

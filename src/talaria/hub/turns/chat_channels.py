@@ -18,6 +18,7 @@ import structlog
 from talaria.errors import TalariaError
 from talaria.hub.runners.channels import Channels
 from talaria.hub.runners.connection_state import AccountRef, Gateway
+from talaria.timeouts import within
 
 log = structlog.get_logger("talaria.chat")
 
@@ -69,7 +70,7 @@ class KeptChannels:
         if event is None:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), SETTLE_WAIT_S)
+            await within(event.wait(), SETTLE_WAIT_S)
 
     def keep(self, kept: Kept) -> None:
         """On the loop, after the turn's end was stored: keep its channel for ``idle_s``."""

@@ -35,6 +35,7 @@ from talaria.hub.turns.driver import ACCESS_REVOKED
 from talaria.hub.turns.turn_leases import GIVE_UP_MS, LeaseLost
 from talaria.lifecycle.actor import Actor
 from talaria.store.interface import Row, Tx
+from talaria.timeouts import within
 
 log = structlog.get_logger("talaria.chat")
 
@@ -161,7 +162,7 @@ class ChatEngine(RunEntries, AnswerEntries):
             except Exception:  # a bad scan must not end the engine
                 log.exception("chat_scan_failed")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.timings.dispatcher_scan_s)
+                await within(self._wake.wait(), self.timings.dispatcher_scan_s)
             self._wake.clear()
 
     async def scan(self, *, recover: bool = False) -> None:

@@ -24,6 +24,7 @@ from talaria.hub.runners.connection_state import AccountRef
 from talaria.hub.turns.chat_context import UNCERTAIN, ChatContext
 from talaria.hub.turns.driver import ACCESS_REVOKED
 from talaria.store.interface import Tx
+from talaria.timeouts import within
 
 log = structlog.get_logger("talaria.chat")
 
@@ -84,7 +85,7 @@ class RecoveryEntries(ChatContext):
                 await self._end_stopped(turn_id)
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.timings.runner_back_check_s)
+                await within(stop.wait(), self.timings.runner_back_check_s)
         record = JobTurn(job_id=turn.id, tenant=turn.tenant, attempt=1, runner_id=turn.runner_id,
                          profile=place.conversation["bot_profile"], stored_session_id=turn.hermes_session_id,
                          marker=turn.marker or "", state="submitted")  # fmt: skip
@@ -110,7 +111,7 @@ class RecoveryEntries(ChatContext):
             with contextlib.suppress(asyncio.CancelledError, TalariaError, turn_recovery.Unrecoverable):
                 await recovering
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(turn_recovery.interrupt_for_cleanup(self.driver.channels, record, account), 3)
+                await within(turn_recovery.interrupt_for_cleanup(self.driver.channels, record, account), 3)
             await self._end_stopped(turn_id)
             return
         try:

@@ -31,6 +31,7 @@ from talaria.hub.turns.driver import ACCESS_REVOKED, STOPPED, TURN_TIMEOUT, Live
 from talaria.hub.turns.team_round import RoundTools
 from talaria.hub.turns.turn_leases import LeaseLost
 from talaria.store.interface import Row, Tx
+from talaria.timeouts import within
 
 log = structlog.get_logger("talaria.chat")
 
@@ -79,7 +80,7 @@ class RunEntries(RecoveryEntries):
                 return
             # nothing was submitted: back to step 2 after a pause (chat.md 5.3), one turn.waiting per reason change
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.timings.pre_submit_retry_s)
+                await within(stop.wait(), self.timings.pre_submit_retry_s)
             shown = (await asyncio.to_thread(self._turn, turn_id)).waiting_reason
 
     async def _attempt(self, turn: ChatTurn, place: Place, stop: asyncio.Event) -> bool:
@@ -218,7 +219,7 @@ class RunEntries(RecoveryEntries):
             if stop.is_set():
                 return None  # the stop route ended the pending turn itself
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.timings.runner_back_check_s)
+                await within(stop.wait(), self.timings.runner_back_check_s)
 
     async def _take_slot(self, runner_id: str, turn_id: str) -> bool:
         slot = await asyncio.to_thread(self.slots.take, runner_id, turn_id, self.settings.chat_per_runner)

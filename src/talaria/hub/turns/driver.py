@@ -26,6 +26,7 @@ from talaria.hub.runners.channels import Channels
 from talaria.hub.runners.connection_state import AccountRef, Gateway, Grant
 from talaria.hub.runners.registry import RunnerRegistry
 from talaria.hub.turns import team_tools
+from talaria.timeouts import within
 
 log = structlog.get_logger("talaria.turns")
 
@@ -99,10 +100,9 @@ async def frame_within(gateway: Gateway, clock: Clock, deadline_ms: int) -> dict
 
 
 async def next_frame(gateway: Gateway, seconds: float) -> dict[str, Any] | None:
-    """The channel's next frame within ``seconds`` (``TimeoutError`` after). Not ``asyncio.wait_for``: on Python 3.11
-    a cancel arriving as the frame does returns the frame and drops the cancel (the caller's turn would run on)."""
-    async with asyncio.timeout(seconds):
-        return await gateway.events.get()
+    """The channel's next frame within ``seconds`` (``TimeoutError`` after); a cancel arriving as the frame does
+    cancels the wait and leaves the frame queued (``timeouts.within``)."""
+    return await within(gateway.events.get(), seconds)
 
 
 def run_marker(run_id: str, work_id: str) -> str:

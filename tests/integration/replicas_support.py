@@ -25,6 +25,7 @@ from tests.conftest import PASSWORD, add_account, login
 from tests.hermes.chat_support import make_bot, send, start_chat
 from tests.integration.cli_support import HubProcess, clean_env
 from tests.integration.runner_support import RunnerProcess, register_node
+from tests.integration.web_support import TASK
 from tests.tcp_proxy import TcpProxy
 
 HOLD = 120.0  # seconds before each delta of a held turn: it runs until the test lets it go
@@ -122,6 +123,29 @@ class Cluster:
             )
         )
         return turn_id
+
+
+def job_of(client: httpx.Client, job_id: str) -> dict[str, Any]:
+    answer = client.get(f"/api/jobs/{job_id}")
+    assert answer.status_code == 200, answer.text
+    job: dict[str, Any] = answer.json()["job"]
+    return job
+
+
+def running_job(both: Cluster, admins: dict[str, httpx.Client], prompt: str, approver: str) -> tuple[str, str]:
+    """A job of alice's with ``prompt``, approved by ``admins[approver]``, held in Hermes before its first delta:
+    its id once it runs, and the name of the hub whose dispatcher runs it."""
+    both.hermes.delta_delay_for(prompt, HOLD)
+    task = both.clients["a"].post("/api/tasks", json=TASK | {"prompt": prompt}).json()["task"]
+    assert both.clients["a"].post(f"/api/tasks/{task['id']}/submit").status_code == 200
+    approved = admins[approver].post(f"/api/tasks/{task['id']}/approve")
+    assert approved.status_code == 200, approved.text
+    job_id: str = approved.json()["job"]["id"]
+    both.hermes.wait_for(lambda: both.hermes.prompt_count(prompt) == 1, timeout=30)
+    viewer = admins[approver]
+    running = until(lambda: job_of(viewer, job_id) if job_of(viewer, job_id)["state"] == "RUNNING" else None)
+    instances = {hub.hub.dispatcher.worker_instance: name for name, hub in both.hubs.items()}
+    return job_id, instances[running["lease"]["ownerInstance"]]
 
 
 def login_at(url: str, username: str, password: str = PASSWORD) -> httpx.Client:

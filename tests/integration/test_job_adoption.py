@@ -10,26 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from talaria.settings import Settings
 from talaria.testing.postgres_server import PostgresServer
 from tests.backends import raw_sql
 from tests.conftest import add_account, login
-from tests.integration.replicas_support import HOLD, Cluster, cluster, until
-from tests.integration.web_support import TASK
+from tests.integration.replicas_support import Cluster, cluster, job_of, running_job, until
 
 pytestmark = pytest.mark.usefixtures("fast_argon2")
 
 SHORT_LEASE = {"lifecycle_lease_ttl_s": 3, "lifecycle_heartbeat_interval_s": 1}
-
-
-def job_of(client: httpx.Client, job_id: str) -> dict[str, Any]:
-    answer = client.get(f"/api/jobs/{job_id}")
-    assert answer.status_code == 200, answer.text
-    job: dict[str, Any] = answer.json()["job"]
-    return job
 
 
 def turn_channel(both: Cluster, job_id: str) -> dict[str, Any]:
@@ -50,17 +41,7 @@ def test_a_job_whose_replica_stopped_mid_turn_is_completed_by_another_through_th
         add_account(both.hubs["a"], "bob", "admin", allowed_profiles={"local": ["default"]})
         admins = {name: login(hub, "bob") for name, hub in both.hubs.items()}
         try:
-            both.hermes.delta_delay_for(prompt, HOLD)
-            task = both.clients["a"].post("/api/tasks", json=TASK | {"prompt": prompt}).json()["task"]
-            assert both.clients["a"].post(f"/api/tasks/{task['id']}/submit").status_code == 200
-            approved = admins["a"].post(f"/api/tasks/{task['id']}/approve")
-            assert approved.status_code == 200, approved.text
-            job_id = approved.json()["job"]["id"]
-            both.hermes.wait_for(lambda: both.hermes.prompt_count(prompt) == 1, timeout=30)
-            running = until(lambda: job_of(admins["a"], job_id) if job_of(admins["a"], job_id)["state"] == "RUNNING"
-                            else None)  # fmt: skip
-            instances = {hub.hub.dispatcher.worker_instance: name for name, hub in both.hubs.items()}
-            first = instances[running["lease"]["ownerInstance"]]
+            job_id, first = running_job(both, admins, prompt, approver="a")
             before = until(
                 lambda: (
                     turn_channel(both, job_id)

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from talaria.settings import Settings
@@ -16,8 +15,7 @@ from talaria.testing.postgres_server import PostgresServer
 from tests.backends import raw_sql
 from tests.conftest import add_account, login
 from tests.hermes.chat_support import messages, wait_turn
-from tests.integration.replicas_support import HOLD, Cluster, cluster, replica_live, until
-from tests.integration.web_support import TASK
+from tests.integration.replicas_support import Cluster, cluster, job_of, replica_live, running_job, until
 
 pytestmark = pytest.mark.usefixtures("fast_argon2")
 
@@ -53,13 +51,6 @@ def test_a_replica_restarted_changes_no_runner_epoch_and_the_turn_in_flight_comp
         assert both.runner.lines.count("runner connected") == 1
 
 
-def job_of(client: httpx.Client, job_id: str) -> dict[str, Any]:
-    answer = client.get(f"/api/jobs/{job_id}")
-    assert answer.status_code == 200, answer.text
-    job: dict[str, Any] = answer.json()["job"]
-    return job
-
-
 @pytest.mark.parametrize("listen", [True, False], ids=["notified", "fallback"])
 def test_a_job_run_by_one_replica_is_cancelled_through_the_other_within_five_seconds(
     postgres_server: PostgresServer, tmp_path: Path, listen: bool
@@ -71,17 +62,7 @@ def test_a_job_run_by_one_replica_is_cancelled_through_the_other_within_five_sec
         add_account(both.hubs["a"], "bob", "admin", allowed_profiles={"local": ["default"]})
         admins = {name: login(hub, "bob") for name, hub in both.hubs.items()}
         try:
-            both.hermes.delta_delay_for(prompt, HOLD)
-            task = both.clients["a"].post("/api/tasks", json=TASK | {"prompt": prompt}).json()["task"]
-            assert both.clients["a"].post(f"/api/tasks/{task['id']}/submit").status_code == 200
-            approved = admins["b"].post(f"/api/tasks/{task['id']}/approve")
-            assert approved.status_code == 200, approved.text
-            job_id = approved.json()["job"]["id"]
-            both.hermes.wait_for(lambda: both.hermes.prompt_count(prompt) == 1, timeout=30)
-            running = until(lambda: job_of(admins["a"], job_id) if job_of(admins["a"], job_id)["state"] == "RUNNING"
-                            else None)  # fmt: skip
-            instances = {hub.hub.dispatcher.worker_instance: name for name, hub in both.hubs.items()}
-            runner_replica = instances[running["lease"]["ownerInstance"]]
+            job_id, runner_replica = running_job(both, admins, prompt, approver="b")
             other = next(name for name in both.hubs if name != runner_replica)
             asked = time.monotonic()
             cancel = admins[other].post(f"/api/jobs/{job_id}/cancel", json={"reason": "not needed"})

@@ -2,7 +2,8 @@
 
 ``asyncio.wait_for`` on Python 3.11 (fixed in 3.12) returns the awaited result when a cancel of the waiting task
 arrives in the same turn of the event loop as that result: the cancel is dropped, and a loop meant to stop (a
-dispatcher, a turn) runs on. ``within`` waits under ``asyncio.timeout``, which keeps both.
+dispatcher, a turn, a runner stopping) runs on. ``within`` waits under ``asyncio.timeout``, which keeps both. The
+standard library only: the runner imports it too.
 """
 
 from __future__ import annotations

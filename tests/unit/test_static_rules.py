@@ -405,7 +405,7 @@ RUNNER_PACKAGES = ("runner", "hermes")
 RUNNER_THIRD_PARTY = frozenset({"httpx", "websockets"})
 RUNNER_TALARIA = (
     "talaria.clock", "talaria.canonical", "talaria.runner", "talaria.hermes", "talaria.wire", "talaria.runner_json",
-    "talaria.text_rules",
+    "talaria.text_rules", "talaria.timeouts",
 )  # fmt: skip
 
 

@@ -35,6 +35,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Origin
 
 from talaria.hermes.auth import HermesUnavailable
+from talaria.timeouts import within
 
 MAX_FRAME_BYTES: Final = 36 * 1024 * 1024
 READY_TIMEOUT_S: Final = 20.0
@@ -174,7 +175,7 @@ class HermesChannel:
             except ConnectionClosed:
                 raise ChannelClosed(sent=False) from None
             try:
-                return await asyncio.wait_for(asyncio.shield(future), timeout)
+                return await within(asyncio.shield(future), timeout)
             except TimeoutError:
                 raise RpcTimeout(f"Hermes did not answer {method} within {timeout:g} s") from None
         finally:

@@ -10,7 +10,6 @@ pages, ``/healthz`` and ``/readyz`` answered as GET without a body; web-api.md 9
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from typing import TYPE_CHECKING, Final
@@ -22,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from talaria.canonical import canonical_json
 from talaria.hub.client_address import tcp_peer
 from talaria.limits import MAX_ATTACHMENT_BYTES, MAX_BODY_BYTES
+from talaria.timeouts import within
 
 if TYPE_CHECKING:
     from talaria.hub.resources import Hub
@@ -108,7 +108,7 @@ async def answer_and_close(
     seen = 0
     while not expects_continue and seen <= DRAIN_LIMIT:
         try:
-            message = await asyncio.wait_for(receive(), DRAIN_IDLE_S)
+            message = await within(receive(), DRAIN_IDLE_S)
         except TimeoutError:
             break
         if message["type"] != "http.request" or not message.get("more_body", False):

@@ -34,6 +34,7 @@ from talaria.runner.grants import Grants
 from talaria.runner.http_kind import run_http
 from talaria.runner.hub_client import RETRY_WINDOW_S, HubClient, HubError, Identity, Wire, retry_delays
 from talaria.runner.receipts import Receipts, ReceiptsError
+from talaria.timeouts import within
 
 GRACE_S = 10.0
 GOODBYE_S = 2.0
@@ -203,7 +204,7 @@ class Agent:
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
+            await within(self._stop.wait(), seconds)
 
     def request_stop(self) -> None:
         """First call: graceful stop. A second call during the grace period: stop at once."""
@@ -233,7 +234,7 @@ class Agent:
             await self.executor.drain(GRACE_S)
         if self.connected and self.server_epoch is not None and self.exit_code != EXIT_TERMINAL:
             with contextlib.suppress(HubError, TimeoutError):  # best effort
-                await asyncio.wait_for(self.hub.post("goodbye", self.server_epoch, {}), GOODBYE_S)
+                await within(self.hub.post("goodbye", self.server_epoch, {}), GOODBYE_S)
         self.executor.cancel_all()
         await self.local_disconnect()
         await self.hub.close()

@@ -27,6 +27,7 @@ from http import HTTPStatus
 from typing import Any, Final
 
 from talaria.canonical import canonical_json
+from talaria.timeouts import within
 
 HOST: Final = "127.0.0.1"
 MAX_BODY_BYTES: Final = 256 * 1024  # larger -> 413 runner_payload_limit
@@ -169,7 +170,7 @@ class ToolListener:
             await asyncio.gather(*pending, return_exceptions=True)
         if self._server is not None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._server.wait_closed(), grace)
+                await within(self._server.wait_closed(), grace)
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -181,7 +182,7 @@ class ToolListener:
             self._reading.add(task)
             answer = await self._answer(reader, writer)
             writer.write(answer)
-            await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_S)
+            await within(writer.drain(), WRITE_TIMEOUT_S)
         except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
             pass  # the client went away or misbehaved: nothing to answer
         except asyncio.CancelledError:
@@ -193,7 +194,7 @@ class ToolListener:
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
         try:
-            raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
+            raw = await within(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
         except asyncio.LimitOverrunError:
             return _refusal(Refusal(400, "invalid_request", "the request head is larger than 16 KiB"))
         head = parse_head(raw)
@@ -205,7 +206,7 @@ class ToolListener:
         if isinstance(checked, Refusal):
             await self._drain(reader, head)
             return _refusal(checked)
-        body = await asyncio.wait_for(reader.readexactly(checked), BODY_TIMEOUT_S) if checked else b""
+        body = await within(reader.readexactly(checked), BODY_TIMEOUT_S) if checked else b""
         current = asyncio.current_task()
         if current is not None:
             self._reading.discard(current)  # from here on, an answer is owed even while closing
@@ -219,7 +220,7 @@ class ToolListener:
         left = min(int(lengths[0]), DRAIN_LIMIT_BYTES)
         with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
             while left > 0:
-                chunk = await asyncio.wait_for(reader.read(min(left, 65536)), DRAIN_TIMEOUT_S)
+                chunk = await within(reader.read(min(left, 65536)), DRAIN_TIMEOUT_S)
                 if not chunk:
                     return
                 left -= len(chunk)

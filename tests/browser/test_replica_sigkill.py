@@ -14,11 +14,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 from playwright.sync_api import Page, expect
@@ -34,7 +32,7 @@ from tests.browser.conftest import Browsers, sign_in
 from tests.conftest import add_account
 from tests.hermes.chat_support import make_bot, start_chat
 from tests.integration.cli_support import HubProcess, clean_env
-from tests.integration.replicas_support import login_at, replica_live
+from tests.integration.replicas_support import live_replica_ids, login_at, replica_live, until
 from tests.integration.runner_support import RunnerProcess, register_node
 from tests.tcp_proxy import TcpProxy
 
@@ -58,20 +56,11 @@ RECORD_EVENTS = """(() => {
     }
   };
 })();"""
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class Via:
     url: str
-
-
-def until(found: Callable[[], T | None], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while (value := found()) is None:
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-    return value
 
 
 def set_up(url: str, directory: Path, proxy_url: str, hermes: RealHermes) -> list[Path]:
@@ -84,12 +73,6 @@ def set_up(url: str, directory: Path, proxy_url: str, hermes: RealHermes) -> lis
                               name=node, source=node, serverURL=proxy_url) for node in NODES]  # fmt: skip
     finally:
         setup.stop()
-
-
-def replica_ids(settings: Settings) -> set[str]:
-    rows = raw_sql(settings, "SELECT id FROM hub_replica WHERE renewed_at > (EXTRACT(EPOCH FROM clock_timestamp())"
-                   " * 1000)::bigint - 20000")  # fmt: skip
-    return {row["id"] for row in rows}
 
 
 def page_events(page: Page) -> list[tuple[int, str, dict[str, Any]]]:
@@ -115,14 +98,14 @@ def test_a_replica_sigkilled_mid_run_leaves_runners_jobs_and_a_browser_to_the_ot
         def start_hub(name: str) -> str:
             directory = tmp_path / name
             directory.mkdir()
-            before = replica_ids(settings)
+            before = set(live_replica_ids(url))
             env = clean_env(TALARIA_DATABASE_URL=url, TALARIA_DATA_DIR=str(directory / "data"),
                             TALARIA_HUB_PUBLIC_URL=proxy.url, **LEASE)  # fmt: skip
             hubs[name] = HubProcess(directory, ["--port", "0"], env)
             _, hub_url = hubs[name].ready()
             ports[name] = int(hub_url.rsplit(":", 1)[1])
             proxy.backends.append(("127.0.0.1", ports[name]))
-            [made] = until(lambda: (replica_ids(settings) - before) or None, 20, f"{name}'s replica row")
+            [made] = until(lambda: (set(live_replica_ids(url)) - before) or None, 20, f"{name}'s replica row")
             return made
 
         try:

@@ -157,21 +157,26 @@ def login_at(url: str, username: str, password: str = PASSWORD) -> httpx.Client:
     return client
 
 
+def live_replica_ids(url: str) -> list[str]:
+    """The replicas whose rows were renewed within the last 20 s by the database server's clock (scale.md 1), oldest
+    first."""
+    rows = raw_sql(Settings(database_url=url), "SELECT id FROM hub_replica WHERE renewed_at > (EXTRACT(EPOCH FROM"
+                   " clock_timestamp()) * 1000)::bigint - ? ORDER BY started_at", LIVE_MS)  # fmt: skip
+    return [str(row["id"]) for row in rows]
+
+
 def replica_live(url: str, replica_id: str) -> bool:
-    """Whether the replica's row was renewed within the last 20 s by the database server's clock (scale.md 1)."""
-    rows = raw_sql(Settings(database_url=url), "SELECT 1 FROM hub_replica WHERE id = ? AND renewed_at > "
-                   "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint - ?", replica_id, LIVE_MS)  # fmt: skip
-    return bool(rows)
+    return replica_id in live_replica_ids(url)
 
 
 def port_of(hub: HubServer) -> int:
     return int(hub.url.rsplit(":", 1)[1])
 
 
-def until(found: Callable[[], T | None], timeout: float = 30.0) -> T:
+def until(found: Callable[[], T | None], timeout: float = 30.0, what: str = "") -> T:
     deadline = time.monotonic() + timeout
     while (value := found()) is None:
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}" if what else "timed out"
         time.sleep(0.05)
     return value
 

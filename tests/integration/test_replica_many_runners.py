@@ -28,7 +28,7 @@ from talaria.testing.postgres_server import PostgresServer
 from tests.backends import postgres_database, raw_sql
 from tests.conftest import add_account
 from tests.integration.cli_support import HubProcess, clean_env
-from tests.integration.replicas_support import login_at, until
+from tests.integration.replicas_support import live_replica_ids, login_at, until
 from tests.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.usefixtures("fast_argon2")
@@ -55,12 +55,6 @@ def registered(url: str, directory: Path) -> tuple[list[tuple[str, str]], str]:
         return made, setup.hub.replica.id
     finally:
         setup.stop()
-
-
-def live_replicas(settings: Settings, besides: set[str]) -> list[str]:
-    rows = raw_sql(settings, "SELECT id FROM hub_replica WHERE renewed_at > (EXTRACT(EPOCH FROM clock_timestamp())"
-                   " * 1000)::bigint - 20000 ORDER BY started_at")  # fmt: skip
-    return [row["id"] for row in rows if row["id"] not in besides]
 
 
 def epochs(settings: Settings) -> dict[str, str]:
@@ -110,7 +104,7 @@ def test_a_thousand_runners_over_two_replicas_wake_from_either_and_survive_the_l
                 env = clean_env(TALARIA_DATABASE_URL=url, TALARIA_DATA_DIR=str(tmp_path / name / "data"))
                 hubs[name] = HubProcess(tmp_path / name, ["--port", "0"], env)
                 _, urls[name] = hubs[name].ready()
-                [ids[name]] = live_replicas(settings, {setup_id, *ids.values()})
+                [ids[name]] = [r for r in live_replica_ids(url) if r not in {setup_id, *ids.values()}]
                 proxy.backends.append(("127.0.0.1", int(urls[name].rsplit(":", 1)[1])))
             with load_process(proxy.url, runners) as load:
                 assert load.stdout is not None and load.stdin is not None

@@ -595,7 +595,7 @@ class SharedRunnerHub:
         local = self._channels(runner_id, row["epoch"])
         previous = local.gateways.get(connection_id)
         if previous is not None:  # this replica owned it before under an older counter (its lease lost meanwhile)
-            self._lose(previous)
+            self._drop(previous)
         gateway = Gateway(connection_id, runner_id, account, cleanup_only=False)
         gateway.owner_counter = int(row["owner_counter"])
         gateway.last_seq = after_seq
@@ -623,9 +623,9 @@ class SharedRunnerHub:
                          now=self.clock.now_ms())  # fmt: skip
         return row is not None
 
-    def _lose(self, gateway: Gateway) -> None:
-        """Another owner adopted this gateway: this replica's object closes (its reader hears the end once) and
-        goes, the row untouched."""
+    def _drop(self, gateway: Gateway) -> None:
+        """This replica's object of a gateway closed (its close marker) or adopted by another owner: it closes (its
+        reader hears the end once) and goes; the row is not touched."""
         if gateway.open:
             gateway.open = False
             gateway.events.put_nowait(None)
@@ -839,11 +839,7 @@ class SharedRunnerHub:
             gateway.events.put_nowait(frame)
             return
         gateway.revoked = gateway.revoked or revoked
-        gateway.open = False
-        gateway.events.put_nowait(None)
-        for local in self._local.values():
-            if local.gateways.get(gateway.id) is gateway:
-                del local.gateways[gateway.id]
+        self._drop(gateway)
 
     def _pull_soon(self, connection_id: str) -> None:
         """Read a gateway's frames after its cursor into its queue: one reader per gateway at a time."""
@@ -864,7 +860,7 @@ class SharedRunnerHub:
                     return
                 rows = await run_in_threadpool(self._frames_after, connection_id, gateway.last_seq)
                 if rows and int(rows[0]["owner_counter"]) != gateway.owner_counter:
-                    self._lose(gateway)  # adopted by another owner
+                    self._drop(gateway)  # adopted by another owner
                     return
                 for row in rows:
                     if not gateway.open or int(row["seq"]) != gateway.last_seq + 1:
@@ -1061,7 +1057,7 @@ class SharedRunnerHub:
             for row in await run_in_threadpool(self._watch_gateways, owned):
                 gateway = self._owned(row["id"])
                 if gateway is not None and int(row["owner_counter"]) != gateway.owner_counter:
-                    self._lose(gateway)  # adopted by another owner
+                    self._drop(gateway)  # adopted by another owner
                     continue
                 if gateway is not None and (int(row["last_seq"]) > gateway.last_seq or row["closed_at"] is not None):
                     if count and row["id"] not in self._pulling:

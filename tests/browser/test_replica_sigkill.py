@@ -3,11 +3,11 @@ proxy, three ``talaria runner`` processes in front of one real Hermes (the scrip
 browser following a chat turn. The replica driving the chat turn is SIGKILLed while the turn streams and the jobs it
 runs are held at the model.
 
-Then: no runner connects twice; the browser's event ids strictly increase and the deltas it got are the reply's
-beginning, each once, the reply shown in full; every job ends SUCCEEDED (those of the killed replica through the
-other, which adopts their channels, scale.md 4.4) or ``runner_command_uncertain``, and the model saw each job's marked
-prompt once; every command row has its one outcome; a restarted replica joins with a new id; the audit chain
-verifies."""
+Then: no runner connects twice; the browser's event ids strictly increase and the deltas it got are the whole reply,
+each once (the other replica adopts the chat turn's channel and streams on after its frame cursor), the reply shown in
+full; every job ends SUCCEEDED (those of the killed replica through the other, which adopts their channels, scale.md
+4.4) or ``runner_command_uncertain``, and the model saw each job's marked prompt once; every command row has its one
+outcome; a restarted replica joins with a new id; the audit chain verifies."""
 
 from __future__ import annotations
 
@@ -163,7 +163,10 @@ def test_a_replica_sigkilled_mid_run_leaves_runners_jobs_and_a_browser_to_the_ot
             ids_seen = [event_id for event_id, _, _ in events]
             assert ids_seen == sorted(set(ids_seen)), "the browser's event ids strictly increase"
             deltas = "".join(d["text"] for _, k, d in events if k == "message.delta" and d["turnId"] == turn_id)
-            assert deltas and ESSAY.startswith(deltas), "each delta the browser got once, in order"
+            assert deltas == ESSAY, "each delta the browser got once, in order, none missing (the channel adopted)"
+            [chat] = raw_sql(settings, "SELECT g.owner_counter FROM chat_turn t JOIN runner_gateway g"
+                             " ON g.id = t.connection_id WHERE t.id = ?", turn_id)  # fmt: skip
+            assert chat["owner_counter"] == 2, "the chat turn's channel was adopted, once"
 
             def all_ended() -> dict[str, dict[str, Any]] | None:
                 states = {j: root.get(f"/api/jobs/{j}").json()["job"] for j in jobs}

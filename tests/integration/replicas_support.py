@@ -148,6 +148,15 @@ def running_job(both: Cluster, admins: dict[str, httpx.Client], prompt: str, app
     return job_id, instances[running["lease"]["ownerInstance"]]
 
 
+def chat_turn_channel(url: str, turn_id: str) -> dict[str, Any]:
+    """A chat turn's recorded channel and frame cursor joined with its gateway's row (scale.md 4.4)."""
+    [row] = raw_sql(Settings(database_url=url),
+                    "SELECT t.connection_id, t.first_seq, t.frame_seq, t.runtime_session_id, g.owner_replica,"
+                    " g.owner_counter, g.last_seq, g.closed_at FROM chat_turn t JOIN runner_gateway g"
+                    " ON g.id = t.connection_id WHERE t.id = ?", turn_id)  # fmt: skip
+    return row
+
+
 def login_at(url: str, username: str, password: str = PASSWORD) -> httpx.Client:
     """A JSON API client of the hub at ``url`` signed in as ``username`` (Origin and CSRF token sent)."""
     client = httpx.Client(base_url=url, headers={"Origin": url}, timeout=30)

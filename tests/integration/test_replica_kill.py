@@ -4,9 +4,10 @@ TCP proxy, with a real ``talaria runner`` process and the Hermes fixture. ``b`` 
 "browsers" follow, one through each replica; ``b`` is killed.
 
 Then: the runner goes on through ``a`` without connecting again (same epoch, ``failover-v1``); ``a`` takes the turn
-over once ``b``'s row is no longer live and completes it from Hermes without prompting again; the browser that
-followed ``b`` resumes through ``a`` from the last id it got, and both browsers end with the same events, ids
-strictly increasing with none missing, every delta once; the audit chain verifies."""
+over once ``b``'s row is no longer live, adopts its channel and streams it on from the frame cursor without prompting
+or resuming again; the browser that followed ``b`` resumes through ``a`` from the last id it got, and both browsers
+end with the same events, ids strictly increasing with none missing, every delta once, the whole reply; the audit
+chain verifies."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from talaria.hub.timings import HubTimings
 from talaria.testing.postgres_server import PostgresServer
 from tests.hermes.chat_support import Stream, make_bot, messages, send, start_chat, wait_turn
 from tests.integration.cli_support import clean_env
-from tests.integration.replicas_support import HOLD, cluster, replica_live, until
+from tests.integration.replicas_support import HOLD, chat_turn_channel, cluster, replica_live, until
 
 pytestmark = pytest.mark.usefixtures("fast_argon2")
 
@@ -58,14 +59,16 @@ def test_a_replica_killed_mid_turn_leaves_the_runner_the_turn_and_the_browsers_t
         assert done["state"] == "completed", done
 
         [reply] = [m for m in messages(both.clients["a"], cid) if m["role"] == "assistant" and m["turnId"] == turn_id]
-        assert reply["recovered"] is True
+        assert reply["recovered"] is False, "streamed to its end through the adopted channel"
+        assert chat_turn_channel(both.url, turn_id)["owner_counter"] == 2, "b's channel adopted by a"
+        assert both.hermes.rpc_requests("session.resume") == []
         assert both.hermes.prompt_count(text) == 1, "prompted once, by b"
         events = on_a.wait_for(lambda got: any(k == "turn.completed" and d["turn"]["id"] == turn_id
                                                for _, k, d in got))  # fmt: skip
         ids = [event_id for event_id, _, _ in events]
         assert ids == list(range(1, len(ids) + 1)), "every id once, in order, none missing"
         deltas = "".join(d["text"] for _, kind, d in events if kind == "message.delta" and d["turnId"] == turn_id)
-        assert deltas and reply["content"].startswith(deltas), "no delta repeated or out of order"
+        assert deltas == reply["content"], "no delta repeated, out of order or missing"
         rest = resumed.wait_for(lambda got: len(seen_on_b) + len(got) >= len(events))
         assert seen_on_b + rest[: len(events) - len(seen_on_b)] == events, "the reconnect lost and repeated nothing"
 

@@ -24,6 +24,7 @@ from talaria.errors import TalariaError
 from talaria.hub.runners.channels import ToolKind
 from talaria.hub.runners.connection_state import AccountRef, Gateway, Grant, ToolExecutor
 from talaria.hub.runners.shared_connections import ORPHAN_CLOSE_MS, SharedRunnerHub
+from talaria.hub.runners.transport import JobHeld
 from talaria.lifecycle.records import LeaseRef
 from talaria.limits import LOGIN_MAX_FAILURES
 from talaria.settings import Settings
@@ -315,7 +316,7 @@ def adopt_on_b(
     """Replica B (or ``server``) adopting the gateway for the job held under ``lease``."""
     on = server or pair.b
     return spawn(on, on.hub.runners.adopt_gateway(
-        pair.id, gateway.id, pair.account(), job_id=job_id, lease=lease, after_seq=after_seq, runtime_id="rt-1",
+        pair.id, gateway.id, pair.account(), held=JobHeld(job_id, lease), after_seq=after_seq, runtime_id="rt-1",
         profile="default"))  # fmt: skip
 
 

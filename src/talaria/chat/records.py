@@ -48,6 +48,12 @@ class ChatTurn:
     updated_at: int
     submitted_at: int | None
     finished_at: int | None
+    # the channel the submitted turn runs in, its first event number there, the session's runtime id, and the last of
+    # its frames whose effect is stored (scale.md 4.1, 4.4: what a replica adopting the turn goes on from)
+    connection_id: str | None = None
+    first_seq: int | None = None
+    runtime_session_id: str | None = None
+    frame_seq: int | None = None
 
     @property
     def ended(self) -> bool:
@@ -82,6 +88,10 @@ class ChatTurn:
             updated_at=int(row["updated_at"]),
             submitted_at=row["submitted_at"],
             finished_at=row["finished_at"],
+            connection_id=row["connection_id"],
+            first_seq=int(row["first_seq"]) if row["first_seq"] is not None else None,
+            runtime_session_id=row["runtime_session_id"],
+            frame_seq=int(row["frame_seq"]) if row["frame_seq"] is not None else None,
         )
 
 

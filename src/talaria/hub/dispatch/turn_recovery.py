@@ -28,6 +28,7 @@ from talaria.errors import TalariaError
 from talaria.hub.dispatch.job_turns import JobTurn
 from talaria.hub.runners.channels import Channels
 from talaria.hub.runners.connection_state import AccountRef, Gateway
+from talaria.hub.runners.transport import Holding, JobHeld
 from talaria.hub.turns.driver import TurnResult, frame_within
 from talaria.lifecycle.records import LeaseRef
 
@@ -109,17 +110,17 @@ async def _reattach(channels: Channels, gateway: Gateway, runtime_id: str, clock
             return
 
 
-async def _adopted(channels: Channels, account: AccountRef, turn: JobTurn, lease: LeaseRef | None) -> Gateway | None:
-    """The turn's recorded channel, adopted for the job held under ``lease``; None when there is none to adopt."""
-    if lease is None or turn.connection_id is None or turn.first_seq is None or not turn.runtime_id:
+async def adopt(channels: Channels, account: AccountRef, turn: JobTurn, held: Holding | None) -> Gateway | None:
+    """The turn's recorded channel, adopted for the job or chat turn ``held``; None when there is none to adopt."""
+    if held is None or turn.connection_id is None or turn.first_seq is None or not turn.runtime_id:
         return None
     return await channels.runners.adopt_gateway(
-        turn.runner_id, turn.connection_id, account, job_id=turn.job_id, lease=lease, after_seq=turn.first_seq - 1,
+        turn.runner_id, turn.connection_id, account, held=held, after_seq=turn.first_seq - 1,
         runtime_id=turn.runtime_id, profile=turn.profile,
     )  # fmt: skip
 
 
-async def _still_running(channels: Channels, gateway: Gateway, turn: JobTurn) -> bool:
+async def still_running(channels: Channels, gateway: Gateway, turn: JobTurn) -> bool:
     """Whether the adopted channel's session runs a turn now (``session.active_list``: any status but idle)."""
     runtime_id = str(turn.runtime_id)
     listed = await channels.rpc(gateway, "session.active_list", {"profile": turn.profile,
@@ -129,7 +130,7 @@ async def _still_running(channels: Channels, gateway: Gateway, turn: JobTurn) ->
     return bool(mine) and mine[0].get("status") not in (None, "idle")
 
 
-async def _from_history(channels: Channels, account: AccountRef, turn: JobTurn, stored: str) -> str:
+async def from_history(channels: Channels, account: AccountRef, turn: JobTurn, stored: str) -> str:
     """The reply of the marked run in the history of ``stored`` (or of the recorded session, which a compression
     made its parent); ``Unrecoverable`` when it has none."""
     assert turn.stored_session_id is not None
@@ -152,14 +153,14 @@ async def recover(
     when it is still open (module docstring)."""
     if not turn.stored_session_id:
         raise Unrecoverable("no stored session was recorded for the turn")
-    adopted = await _adopted(channels, account, turn, lease)
+    adopted = await adopt(channels, account, turn, JobHeld(turn.job_id, lease) if lease is not None else None)
     if adopted is not None:
         log.info("dispatcher_channel_adopted", job=turn.job_id, connection=adopted.id)
         try:
             runtime_id = str(turn.runtime_id)
-            if await _still_running(channels, adopted, turn):
+            if await still_running(channels, adopted, turn):
                 await _reattach(channels, adopted, runtime_id, clock, deadline_ms)
-            reply = await _from_history(channels, account, turn, turn.stored_session_id)
+            reply = await from_history(channels, account, turn, turn.stored_session_id)
             return TurnResult("complete", reply, runtime_id, turn.stored_session_id, turn.marker)
         finally:
             with contextlib.suppress(TalariaError):
@@ -181,7 +182,7 @@ async def recover(
         # running without the marker in flight: another prompt runs in the session; only the history can say
         # whether this turn finished, and nothing is re-attached or submitted
         stored = str(resumed.get("resumed") or turn.stored_session_id)
-        reply = await _from_history(channels, account, turn, stored)
+        reply = await from_history(channels, account, turn, stored)
         return TurnResult("complete", reply, runtime_id, stored, turn.marker)
     finally:
         with contextlib.suppress(TalariaError):

@@ -77,6 +77,8 @@ class Gateway:
     open: bool = True
     revoked: bool = False
     last_seq: int = 0  # the last event number stored (failover-v1); 0 before the first
+    read_seq: int = 0  # the event number of the last frame its reader took from ``events`` (driver.next_frame)
+    replay_to: int = 0  # adopted: the last event number stored when this owner adopted it (scale.md 4.4)
     owner_counter: int = 1  # + 1 at each adoption by another owner (scale.md 4.4); commands carry it
 
 

@@ -28,10 +28,16 @@ from talaria.hub.runners.connection_state import (
     Gateway,
     Grant,
 )
-from talaria.hub.runners.transport import Observer, connection_gone, event_gap, gateway_closed, refused
+from talaria.hub.runners.transport import (
+    Holding,
+    Observer,
+    connection_gone,
+    event_gap,
+    gateway_closed,
+    refused,
+)
 from talaria.hub.runners.validity import Validity
 from talaria.hub.timings import HubTimings
-from talaria.lifecycle.records import LeaseRef
 from talaria.timeouts import within
 
 log = structlog.get_logger("talaria.runners")
@@ -274,8 +280,8 @@ class RunnerHub:
                 self._settle(state, command, error=gateway_closed())
 
     async def adopt_gateway(
-        self, runner_id: str, connection_id: str, account: AccountRef, *, job_id: str, lease: LeaseRef,
-        after_seq: int, runtime_id: str, profile: str,
+        self, runner_id: str, connection_id: str, account: AccountRef, *, held: Holding, after_seq: int,
+        runtime_id: str, profile: str,
     ) -> Gateway | None:  # fmt: skip
         """Never: a gateway of this hub dies with it (a restart makes new epochs), and its own turns keep theirs."""
         return None

@@ -63,6 +63,8 @@ from talaria.hub.runners.connection_state import (
     Grant,
 )
 from talaria.hub.runners.transport import (
+    Holding,
+    JobHeld,
     Observer,
     adopted_elsewhere,
     connection_gone,
@@ -72,7 +74,6 @@ from talaria.hub.runners.transport import (
 )
 from talaria.hub.runners.validity import Validity
 from talaria.hub.timings import HubTimings
-from talaria.lifecycle.records import LeaseRef
 from talaria.store.interface import Row, Signals, Store, Tx
 from talaria.timeouts import within
 
@@ -586,10 +587,10 @@ class SharedRunnerHub:
         return (closed["owner_replica"] if closed is not None else None), settled
 
     async def adopt_gateway(
-        self, runner_id: str, connection_id: str, account: AccountRef, *, job_id: str, lease: LeaseRef,
-        after_seq: int, runtime_id: str, profile: str,
+        self, runner_id: str, connection_id: str, account: AccountRef, *, held: Holding, after_seq: int,
+        runtime_id: str, profile: str,
     ) -> Gateway | None:  # fmt: skip
-        row = await run_in_threadpool(self._adopt, runner_id, connection_id, job_id, lease)
+        row = await run_in_threadpool(self._adopt, runner_id, connection_id, held)
         if row is None:
             return None
         local = self._channels(runner_id, row["epoch"])
@@ -598,7 +599,8 @@ class SharedRunnerHub:
             self._drop(previous)
         gateway = Gateway(connection_id, runner_id, account, cleanup_only=False)
         gateway.owner_counter = int(row["owner_counter"])
-        gateway.last_seq = after_seq
+        gateway.last_seq = gateway.read_seq = after_seq
+        gateway.replay_to = int(row["last_seq"])
         gateway.profiles[runtime_id] = profile
         local.gateways[connection_id] = gateway
         log.info("runner_gateway_adopted", runner=runner_id, connection=connection_id, counter=gateway.owner_counter)
@@ -612,10 +614,14 @@ class SharedRunnerHub:
             await asyncio.sleep(min(self._fallback_s, 0.2))
         return gateway
 
-    def _adopt(self, runner_id: str, connection_id: str, job_id: str, lease: LeaseRef) -> Row | None:
+    def _adopt(self, runner_id: str, connection_id: str, held: Holding) -> Row | None:
         with self.store.write() as tx:
-            return tx.one("runner_gateway_adopt", id=connection_id, runner_id=runner_id, replica=self.replica_id,
-                          job_id=job_id, lease_id=lease.lease_id, lease_epoch=lease.lease_epoch)  # fmt: skip
+            if isinstance(held, JobHeld):
+                return tx.one("runner_gateway_adopt", id=connection_id, runner_id=runner_id, replica=self.replica_id,
+                              job_id=held.job_id, lease_id=held.lease.lease_id,
+                              lease_epoch=held.lease.lease_epoch)  # fmt: skip
+            return tx.one("runner_gateway_adopt_turn", id=connection_id, runner_id=runner_id, replica=self.replica_id,
+                          turn_id=held.turn_id, holder=held.holder, counter=held.counter)  # fmt: skip
 
     def _previous_owner_pending(self, connection_id: str, counter: int) -> bool:
         with self.store.read() as tx:

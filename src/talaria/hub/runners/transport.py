@@ -10,6 +10,7 @@ plain calls, each at most one primary-key read.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from talaria.clock import Clock
@@ -19,6 +20,26 @@ from talaria.hub.runners.validity import Validity
 from talaria.lifecycle.records import LeaseRef
 
 Observer = Callable[[str, float | None], None]  # (outcome, round-trip seconds or None)
+
+
+@dataclass(frozen=True)
+class JobHeld:
+    """An adoption for the job its dispatcher holds under ``lease`` (scale.md 4.4)."""
+
+    job_id: str
+    lease: LeaseRef
+
+
+@dataclass(frozen=True)
+class TurnHeld:
+    """An adoption for the chat turn whose ``turn_lease`` replica ``holder`` holds at ``counter`` (scale.md 4.3)."""
+
+    turn_id: str
+    holder: str
+    counter: int
+
+
+Holding = JobHeld | TurnHeld  # what an adoption is conditional on: the owner's token
 
 
 class RunnerTransport(Protocol):
@@ -70,14 +91,14 @@ class RunnerTransport(Protocol):
         ...
 
     async def adopt_gateway(
-        self, runner_id: str, connection_id: str, account: AccountRef, *, job_id: str, lease: LeaseRef,
-        after_seq: int, runtime_id: str, profile: str,
+        self, runner_id: str, connection_id: str, account: AccountRef, *, held: Holding, after_seq: int,
+        runtime_id: str, profile: str,
     ) -> Gateway | None:  # fmt: skip
-        """Take over an open gateway of the runner's current state for the job held under ``lease`` (scale.md 4.4):
-        owner counter + 1, its frames after ``after_seq`` replayed into the returned gateway's queue, ``runtime_id``
-        owned by it under ``profile``; returns once no command its previous owner sent on it is pending. None when
-        the gateway is closed, of another state or runner, the lease no longer holds the job, or this transport's
-        channels die with their hub (SQLite)."""
+        """Take over an open gateway of the runner's current state for the job or chat turn ``held`` (scale.md
+        4.4): owner counter + 1, its frames after ``after_seq`` replayed into the returned gateway's queue (its
+        ``replay_to`` is the last one stored then), ``runtime_id`` owned by it under ``profile``; returns once no
+        command its previous owner sent on it is pending. None when the gateway is closed, of another state or
+        runner, ``held`` no longer holds, or this transport's channels die with their hub (SQLite)."""
         ...
 
     async def revoke_gateway(self, state: ConnState, connection_id: str) -> None:

@@ -19,7 +19,7 @@ from talaria.chat.turn_writes import Ended, NewMessage, end_turn, get_turn, lock
 from talaria.chat.usage import public as public_usage
 from talaria.chat.usage import turn_usage
 from talaria.clock import Clock
-from talaria.errors import RETRIED_CONFLICTS, StoreConflict
+from talaria.errors import RETRIED_CONFLICTS, StoreConflict, TalariaError
 from talaria.hub.chat.stream_events import StreamEvents
 from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
 from talaria.hub.runners.slots import LocalSlots, RunnerSlots
@@ -27,7 +27,7 @@ from talaria.hub.runners.transport import RunnerTransport
 from talaria.hub.timings import HubTimings
 from talaria.hub.turns.chat_channels import KeptChannels
 from talaria.hub.turns.chat_frames import Draft, TurnStream
-from talaria.hub.turns.driver import TurnDriver
+from talaria.hub.turns.driver import ACCESS_REVOKED, STOPPED, TURN_TIMEOUT, TurnDriver, TurnResult
 from talaria.hub.turns.turn_leases import LeaseLost, LocalTurnLeases, TurnLeases
 from talaria.lifecycle.actor import Actor, account_principal
 from talaria.lifecycle.audit_key import AuditKey
@@ -207,6 +207,45 @@ class ChatContext:
             trigger = message_json(ended.promoted_trigger) if ended.promoted_trigger is not None else None
             emits.append(("turn.started", {"turn": turn_json(ended.promoted), "message": trigger}))
         return emits
+
+    async def _finish(
+        self, turn_id: str, stream: TurnStream, result: TurnResult, stopped: bool, *, recovered: bool = False
+    ) -> None:
+        """End the turn from Hermes' outcome, its reply under the draft's message id (``recovered``: the reply was
+        read from the session's history, chat.md 5.8)."""
+        if stream.closed:  # ended meanwhile (archive, access revocation)
+            return
+        status = result.status
+        reply: NewMessage | None
+        if status == "complete":
+            state, code, error = "completed", None, None
+            reply = NewMessage(role="assistant", author=stream.bot_id, content=result.text, turn_id=turn_id,
+                               status="complete", final=True, id=stream.draft.message_id,
+                               recovered=recovered)  # fmt: skip
+        elif status == "error" and result.error is not None:  # an error event: no message.complete follows
+            state, code, error = "failed", "hermes_error", "Hermes reported an error"
+            reply = self._partial(stream)
+        elif status == "error":
+            state, code, error = "failed", "hermes_error", "Hermes reported an error"
+            reply = NewMessage(role="assistant", author=stream.bot_id, content=result.text, turn_id=turn_id,
+                               status="error", final=True, id=stream.draft.message_id)  # fmt: skip
+        else:
+            state, code = "interrupted", "stopped" if stopped else "hermes_interrupted"
+            error = "stopped at the owner's request" if stopped else "Hermes interrupted the turn"
+            reply = self._partial(stream)
+        await asyncio.to_thread(self._end, turn_id, stream, state, code, error, reply, status == "complete")
+
+    async def _end_for(self, turn_id: str, stream: TurnStream, exc: TalariaError) -> bool:
+        """A stop, the turn's time limit or a revoked access ends the turn with its partial reply: whether ``exc``
+        was one of those."""
+        ends = {STOPPED: ("interrupted", "stopped", "stopped at the owner's request"),
+                TURN_TIMEOUT: ("interrupted", TURN_TIMEOUT, exc.message),
+                ACCESS_REVOKED: ("failed", ACCESS_REVOKED, exc.message)}  # fmt: skip
+        if exc.code not in ends:
+            return False
+        state, code, error = ends[exc.code]
+        await asyncio.to_thread(self._end, turn_id, stream, state, code, error, self._partial(stream), False)
+        return True
 
     async def _end_by_code(self, turn_id: str, state: str, code: str, error: str) -> None:
         await asyncio.to_thread(self._end, turn_id, None, state, code, error, None, None)

@@ -9,6 +9,11 @@ message. Reasoning, thinking and the session's system prompt are never stored, s
 Every stored change is committed with its events (staged in its transaction, sent after it) under the
 conversation's event lock, so that a snapshot (the messages read plus the draft and ``lastEventId``) is exactly the
 events up to its id.
+
+A frame's change also advances the turn's frame cursor (``chat_turn.frame_seq``, the frame's event number on its
+channel) in its transaction (scale.md 4.1). A replica adopting the turn's channel from a dead owner (``adopt``) goes
+on from the owner's stored draft and tool messages and skips the frames up to the cursor: each delta reaches the
+stream once.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ class TurnStream:
     replied: bool = False  # Hermes' message.complete arrived: only the end-of-turn session.info follows
     answers: set[asyncio.Task[Any]] = field(default_factory=set)  # answers to approvals in flight
     result: TurnResult | None = None  # the session the turn runs in (its runtime id and channel), once open
+    skip_through: int = 0  # adopted: the frames up to this event number had their effect stored by the owner before
     _tool_ids: dict[str, str] = field(default_factory=dict)
     draft: Draft = field(init=False)
 
@@ -74,6 +80,17 @@ class TurnStream:
         """Before the channel closes: let answers to approvals still in flight get theirs (at most 2 s)."""
         if self.answers:
             await asyncio.wait(set(self.answers), timeout=2)
+
+    def adopt(self, tx: Tx, frame_seq: int | None) -> None:
+        """Go on from what the turn's previous owner stored (scale.md 4.4): its draft (the deltas streamed since its
+        last stored message, ``stream_draft``), its tool messages, and its frame cursor."""
+        stored = self.events.draft(tx, self.conversation_id, self.turn_id, lambda _conversation_id: None)
+        if stored is not None:
+            self.draft = Draft(self.turn_id, str(stored["messageId"]), str(stored["content"]))
+            self.drafts[self.conversation_id] = self.draft
+        for row in tx.all("chat_message_tools_of_turn", turn_id=self.turn_id):
+            self._tool_ids[str(row["tool_id"])] = str(row["id"])
+        self.skip_through = frame_seq or 0
 
     def close(self) -> None:
         self.closed = True
@@ -89,19 +106,22 @@ class TurnStream:
         raw = frame.get("payload")
         payload: dict[str, Any] = raw if isinstance(raw, dict) else {}
         kind = frame.get("type")
+        seq = self._seq()
+        if seq is not None and seq <= self.skip_through and kind != "session.info":
+            return  # its effect was stored by the owner this turn was adopted from
         if kind == "message.delta":
-            await asyncio.to_thread(self.delta, str(payload.get("text", "")))
+            await asyncio.to_thread(self.delta, str(payload.get("text", "")), seq=seq)
         elif kind == "tool.start":
-            await asyncio.to_thread(self._tool_started, payload)
+            await asyncio.to_thread(self._tool_started, payload, seq)
         elif kind == "tool.complete":
-            await asyncio.to_thread(self._tool_completed, payload)
+            await asyncio.to_thread(self._tool_completed, payload, seq)
         elif kind == "error":
             text = f"Hermes reported an error: {payload.get('message', '')}"
-            await asyncio.to_thread(self.system_message, text)
+            await asyncio.to_thread(self.system_message, text, seq=seq)
         elif kind in ("approval.request", "clarify.request"):
-            await asyncio.to_thread(self._asked, "approval" if kind == "approval.request" else "clarify", payload)
+            await asyncio.to_thread(self._asked, "approval" if kind == "approval.request" else "clarify", payload, seq)
         elif kind in ("sudo.request", "secret.request"):
-            await asyncio.to_thread(self.system_message, WITHHELD_NOTICE)
+            await asyncio.to_thread(self.system_message, WITHHELD_NOTICE, seq=seq)
         elif kind == "session.info":
             self._session_info(frame)
         elif kind == "message.complete":
@@ -110,6 +130,11 @@ class TurnStream:
             usage = payload.get("usage")
             self.model = str(usage.get("model") or "") if isinstance(usage, dict) else ""
 
+    def _seq(self) -> int | None:
+        """The event number of the frame being handled: the last one read from the turn's channel."""
+        gateway = self.result.gateway if self.result is not None else None
+        return gateway.read_seq if gateway is not None else None
+
     def _session_info(self, frame: dict[str, Any]) -> None:
         raw = frame.get("payload")
         payload: dict[str, Any] = raw if isinstance(raw, dict) else {}
@@ -117,29 +142,41 @@ class TurnStream:
         if isinstance(stored, str) and stored:
             self.stored_id = stored
 
-    def delta(self, text: str) -> None:
+    def delta(self, text: str, *, seq: int | None = None) -> None:
         if not text:
             return
         with self.events.locked(self.conversation_id):
             if self.closed:
                 return
             draft = self.draft
-            draft.text += text
             data = {"turnId": self.turn_id, "messageId": draft.message_id, "text": text}
-            self.events.emit(self.conversation_id, "message.delta", data, fence=self._fence)
+            self.events.emit(self.conversation_id, "message.delta", data, fence=lambda tx: self._fence(tx, seq))
+            draft.text += text
 
-    def store_and_emit(self, write: Callable[[Tx], list[tuple[str, dict[str, Any]]]]) -> None:
-        """Commit ``write`` with the events it returns, under the conversation's event lock."""
+    def store_and_emit(self, write: Callable[[Tx], list[tuple[str, dict[str, Any]]]], seq: int | None = None) -> None:
+        """Commit ``write`` with the events it returns, under the conversation's event lock; ``seq``: the frame
+        whose effect it stores (the frame cursor moves to it in the same transaction)."""
         with self.events.locked(self.conversation_id):
             if self.closed:
                 return
             with self.store.write() as tx:
                 self.fence(tx, self.turn_id)
-                staged = self.events.stage(tx, self.conversation_id, write(tx))
+                emits = write(tx)
+                self._advance(tx, seq)
+                staged = self.events.stage(tx, self.conversation_id, emits)
             self.events.send(staged)
 
-    def _fence(self, tx: Tx) -> None:
+    def _fence(self, tx: Tx, seq: int | None) -> None:
+        """In a delta's write: the owner's lease check (scale.md 4.3), and the frame cursor moved to ``seq`` (4.1)."""
         self.fence(tx, self.turn_id)
+        self._advance(tx, seq)
+
+    def _advance(self, tx: Tx, seq: int | None) -> None:
+        """The frame cursor moved to ``seq``. The turn's row is locked after the conversation's (which a stored
+        message updates) and before the stream's counter (which staging takes), in the order every writer of a turn
+        takes them."""
+        if seq is not None:
+            tx.run("chat_turn_frame_seq", id=self.turn_id, seq=seq)
 
     def _flush_draft(self, tx: Tx, now: int) -> list[tuple[str, dict[str, Any]]]:
         draft = self.draft
@@ -155,7 +192,7 @@ class TurnStream:
         self.drafts[self.conversation_id] = self.draft
         return [("message.complete", {"turnId": self.turn_id, "message": message_json(stored)})]
 
-    def _tool_started(self, payload: dict[str, Any]) -> None:
+    def _tool_started(self, payload: dict[str, Any], seq: int | None = None) -> None:
         tool_id = str(payload.get("tool_id", ""))
         name = str(payload.get("name", ""))
         shown = "team tool" if TEAM_TOOL.match(name) else name
@@ -173,9 +210,9 @@ class TurnStream:
             self._tool_ids[tool_id] = stored.id
             return [*emits, ("tool.started", {"turnId": self.turn_id, "message": message_json(stored)})]
 
-        self.store_and_emit(write)
+        self.store_and_emit(write, seq)
 
-    def _tool_completed(self, payload: dict[str, Any]) -> None:
+    def _tool_completed(self, payload: dict[str, Any], seq: int | None = None) -> None:
         tool_id = str(payload.get("tool_id", ""))
         message_id = self._tool_ids.get(tool_id)
         if message_id is None:
@@ -194,17 +231,17 @@ class TurnStream:
             done = ChatMessage.from_row(row)
             return [("tool.completed", {"turnId": self.turn_id, "message": message_json(done)})]
 
-        self.store_and_emit(write)
+        self.store_and_emit(write, seq)
 
-    def _asked(self, kind: str, payload: dict[str, Any]) -> None:
+    def _asked(self, kind: str, payload: dict[str, Any], seq: int | None = None) -> None:
         def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
             asked = approvals.record(tx, turn_id=self.turn_id, conversation_id=self.conversation_id, kind=kind,
                                      payload=payload, now_ms=self.clock.now_ms())  # fmt: skip
             return [("approval.requested", {"turnId": self.turn_id, "approval": approval_json(asked)})]
 
-        self.store_and_emit(write)
+        self.store_and_emit(write, seq)
 
-    def system_message(self, text: str, *, turn_id: str | None = None) -> None:
+    def system_message(self, text: str, *, turn_id: str | None = None, seq: int | None = None) -> None:
         def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
             stored = store_message(
                 tx, self.conversation_id,
@@ -213,4 +250,4 @@ class TurnStream:
             )  # fmt: skip
             return [("message.complete", {"turnId": stored.turn_id, "message": message_json(stored)})]
 
-        self.store_and_emit(write)
+        self.store_and_emit(write, seq)

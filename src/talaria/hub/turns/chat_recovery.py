@@ -5,28 +5,41 @@ a reply after the marker completes the turn (``recovered: true``), anything else
 runner serving the source now ends it ``uncertain`` ``runner_target_changed`` at once. Nothing is submitted again.
 A stop ends it ``interrupted`` ``stopped`` (chat.md 5.6), the session interrupted through a cleanup-only channel;
 when another runner serves the source by then, the stop is 409 ``runner_target_changed`` and the turn ends
-``uncertain`` so (``stop_recovering``)."""
+``uncertain`` so (``stop_recovering``).
+
+On PostgreSQL replicas a turn whose owner died or stopped with its channel still open is adopted first (scale.md
+4.4, chat turns alike): under the turn's lease the new owner takes the channel over (owner counter + 1), goes on
+from the stored draft and frame cursor, and handles the frames after the cursor as the owner would have, so the
+stream goes on without a gap; a turn no longer running with no end among its frames is completed from the history.
+Only when the channel cannot be adopted is the session resumed on a new one."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from typing import Any
 
 import structlog
 
 from talaria.chat.records import ChatTurn
-from talaria.chat.turn_writes import NewMessage, lock_turn, next_state, set_turn
+from talaria.chat.turn_writes import NewMessage, get_turn, lock_turn, next_state, set_turn
 from talaria.errors import TalariaError
 from talaria.hub.dispatch import turn_recovery
 from talaria.hub.dispatch.job_turns import JobTurn
 from talaria.hub.runners.connection_state import AccountRef
 from talaria.hub.turns.chat_context import UNCERTAIN, ChatContext
-from talaria.hub.turns.driver import ACCESS_REVOKED
-from talaria.store.interface import Tx
+from talaria.hub.turns.chat_frames import TurnStream
+from talaria.hub.turns.driver import ACCESS_REVOKED, TurnResult
+from talaria.hub.turns.turn_leases import LeaseLost
+from talaria.store.interface import Row, Tx
 from talaria.timeouts import within
 
 log = structlog.get_logger("talaria.chat")
+
+# An adopted turn's session found idle ended meanwhile: its end frame may still be on its way (the runner posts frames
+# and command results on separate requests). Wait this long for it before the history decides.
+END_FRAMES_WAIT_S = 5.0
 
 
 class RecoveryEntries(ChatContext):
@@ -88,13 +101,16 @@ class RecoveryEntries(ChatContext):
                 await within(stop.wait(), self.timings.runner_back_check_s)
         record = JobTurn(job_id=turn.id, tenant=turn.tenant, attempt=1, runner_id=turn.runner_id,
                          profile=place.conversation["bot_profile"], stored_session_id=turn.hermes_session_id,
-                         marker=turn.marker or "", state="submitted")  # fmt: skip
+                         marker=turn.marker or "", state="submitted", connection_id=turn.connection_id,
+                         first_seq=turn.first_seq, runtime_id=turn.runtime_session_id)  # fmt: skip
         account = AccountRef(turn.owner, turn.tenant, turn.auth_version)
         if not await asyncio.to_thread(self._still_allowed, turn, place.conversation):
             await self._end_by_code(turn_id, "failed", ACCESS_REVOKED, "the account lost access to this bot")
             await turn_recovery.interrupt_for_cleanup(self.driver.channels, record, account)
             return
         deadline = (turn.submitted_at or turn.created_at) + self.settings.chat_turn_max_s * 1000
+        if await self._adopted(turn, place.conversation, record, account, stop, deadline):
+            return
         recovering = asyncio.ensure_future(
             turn_recovery.recover(self.driver.channels, account, record, clock=self.clock, deadline_ms=deadline)
         )
@@ -123,3 +139,68 @@ class RecoveryEntries(ChatContext):
         reply = NewMessage(role="assistant", author=place.conversation["bot_id"], content=result.text,
                            turn_id=turn_id, status="complete", final=True, recovered=True)  # fmt: skip
         await asyncio.to_thread(self._end, turn_id, None, "completed", None, None, reply, True)
+
+    async def _adopted(
+        self, turn: ChatTurn, conversation: Row, record: JobTurn, account: AccountRef, stop: asyncio.Event,
+        deadline: int,
+    ) -> bool:  # fmt: skip
+        """Go on with the turn through its own channel, adopted from its previous owner (module docstring): True
+        once the turn ended so, False when there is no channel to adopt or it failed before an end (the caller
+        resumes the session on a new channel)."""
+        token = self.tokens.get(turn.id)
+        held = self.leases.holding(turn.id, token) if token is not None else None
+        channels = self.driver.channels
+        gateway = await turn_recovery.adopt(channels, account, record, held)
+        if gateway is None:
+            return False
+        log.info("chat_turn_channel_adopted", turn=turn.id, connection=gateway.id, counter=gateway.owner_counter)
+        stream = TurnStream(self.store, self.clock, self.events, turn.conversation_id, turn.id, conversation["bot_id"],
+                            self.drafts, self.fence)  # fmt: skip
+        await asyncio.to_thread(self._go_on_from_owner, stream, turn.id)
+        result = TurnResult("", "", str(record.runtime_id), record.stored_session_id, record.marker, resumed=True,
+                            gateway=gateway)  # fmt: skip
+        stream.result = result
+        self.streams[turn.id] = stream
+        leave = False  # the hub stops or another replica drives the turn now: the channel stays for its next owner
+        try:
+            collect = functools.partial(self.driver.collect, gateway, result, None, deadline_ms=deadline,
+                                        on_frame=stream.on_frame, stop=stop)  # fmt: skip
+            await collect(through=gateway.replay_to)  # what reached the store while nobody owned the turn
+            if not result.status and await turn_recovery.still_running(channels, gateway, record):
+                await collect()
+            elif not result.status:  # it ended: its last frames may still be on their way from the runner
+                with contextlib.suppress(TimeoutError):
+                    await within(collect(), END_FRAMES_WAIT_S)
+            recovered = not result.status
+            log.info("chat_turn_adopted_end", turn=turn.id, status=result.status or "none", from_history=recovered)
+            if recovered:
+                stored = str(record.stored_session_id)
+                result.status, result.text = "complete", await turn_recovery.from_history(channels, account, record,
+                                                                                          stored)  # fmt: skip
+            await self._finish(turn.id, stream, result, stop.is_set(), recovered=recovered)  # before the close
+            return True
+        except turn_recovery.Unrecoverable as exc:
+            log.info("chat_turn_unrecoverable", turn=turn.id, reason=type(exc).__name__)
+            stream.close()
+            await self._end_uncertain(turn.id, UNCERTAIN, "the turn may have run; its reply could not be found")
+            return True
+        except TalariaError as exc:
+            if await self._end_for(turn.id, stream, exc):
+                return True
+            log.info("chat_turn_adoption_failed", turn=turn.id, code=exc.code)
+            stream.close()
+            return False
+        except (asyncio.CancelledError, LeaseLost):
+            leave = True
+            raise
+        finally:
+            self.streams.pop(turn.id, None)
+            if not leave:
+                with contextlib.suppress(TalariaError):
+                    await channels.close_gateway(gateway)
+
+    def _go_on_from_owner(self, stream: TurnStream, turn_id: str) -> None:
+        """``stream`` goes on from what the turn's previous owner stored (``TurnStream.adopt``)."""
+        with self.store.read() as tx:
+            turn = get_turn(tx, turn_id)
+            stream.adopt(tx, turn.frame_seq)

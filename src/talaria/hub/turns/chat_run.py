@@ -27,7 +27,7 @@ from talaria.hub.turns.chat_channels import Kept
 from talaria.hub.turns.chat_context import Place
 from talaria.hub.turns.chat_frames import TurnStream
 from talaria.hub.turns.chat_recovery import RecoveryEntries
-from talaria.hub.turns.driver import ACCESS_REVOKED, STOPPED, TURN_TIMEOUT, LiveChannel, TurnHooks, TurnResult
+from talaria.hub.turns.driver import ACCESS_REVOKED, LiveChannel, TurnHooks, TurnResult
 from talaria.hub.turns.team_round import RoundTools
 from talaria.hub.turns.turn_leases import LeaseLost
 from talaria.store.interface import Row, Tx
@@ -299,7 +299,8 @@ class RunEntries(RecoveryEntries):
         self, turn_id: str, runner: RunnerRecord, result: TurnResult, carry: str, node_changed: bool, team: TeamTools
     ) -> None:
         """Chat.md 5.3 step 8, one transaction: if it fails, nothing is submitted. A turn entitled to team tools
-        that runs without them stores the notice of chat.md 5.9 in the same transaction."""
+        that runs without them stores the notice of chat.md 5.9 in the same transaction, and the turn's channel is
+        recorded in it (scale.md 4.4)."""
 
         def write(tx: Tx) -> list[tuple[str, dict[str, Any]]]:
             now = self.clock.now_ms()
@@ -313,6 +314,10 @@ class RunEntries(RecoveryEntries):
             )  # fmt: skip
             tx.run("chat_conversation_bind", id=turn.conversation_id, runner_id=runner.id,
                    hermes_session_id=result.stored_id, session_reusable=0, now=now)  # fmt: skip
+            gateway = result.gateway
+            if gateway is not None:  # what a replica taking the turn over adopts (scale.md 4.4)
+                tx.run("chat_turn_channel", id=turn_id, connection_id=gateway.id, first_seq=gateway.last_seq + 1,
+                       runtime_session_id=result.runtime_id)  # fmt: skip
             texts = [prompts.NODE_SWITCH_MESSAGE.format(name=runner.name)] if node_changed else []
             if team.entitled and not team.offered:
                 texts.append(TEAM_TOOLS_UNAVAILABLE)
@@ -332,43 +337,14 @@ class RunEntries(RecoveryEntries):
             if turn.submit_state == "submitting":
                 set_turn(tx, turn, self.clock.now_ms(), submit_state="submitted")
 
-    async def _finish(self, turn_id: str, stream: TurnStream, result: TurnResult, stopped: bool) -> None:
-        if stream.closed:  # ended meanwhile (archive, access revocation)
-            return
-        status = result.status
-        reply: NewMessage | None
-        if status == "complete":
-            state, code, error = "completed", None, None
-            reply = NewMessage(role="assistant", author=stream.bot_id, content=result.text, turn_id=turn_id,
-                               status="complete", final=True, id=stream.draft.message_id)  # fmt: skip
-        elif status == "error" and result.error is not None:  # an error event: no message.complete follows
-            state, code, error = "failed", "hermes_error", "Hermes reported an error"
-            reply = self._partial(stream)
-        elif status == "error":
-            state, code, error = "failed", "hermes_error", "Hermes reported an error"
-            reply = NewMessage(role="assistant", author=stream.bot_id, content=result.text, turn_id=turn_id,
-                               status="error", final=True, id=stream.draft.message_id)  # fmt: skip
-        else:
-            state, code = "interrupted", "stopped" if stopped else "hermes_interrupted"
-            error = "stopped at the owner's request" if stopped else "Hermes interrupted the turn"
-            reply = self._partial(stream)
-        await asyncio.to_thread(self._end, turn_id, stream, state, code, error, reply, status == "complete")
-
     async def _after_error(self, turn_id: str, stream: TurnStream, exc: TalariaError) -> None:
         turn = await asyncio.to_thread(self._turn, turn_id)
         if turn.ended:
             stream.close()
             return
-        if exc.code == STOPPED:
-            await asyncio.to_thread(self._end, turn_id, stream, "interrupted", "stopped",
-                                    "stopped at the owner's request", self._partial(stream), False)  # fmt: skip
-        elif exc.code == TURN_TIMEOUT:
-            await asyncio.to_thread(self._end, turn_id, stream, "interrupted", TURN_TIMEOUT, exc.message,
-                                    self._partial(stream), False)  # fmt: skip
-        elif exc.code == ACCESS_REVOKED:
-            await asyncio.to_thread(self._end, turn_id, stream, "failed", ACCESS_REVOKED, exc.message,
-                                    self._partial(stream), False)  # fmt: skip
-        elif turn.submit_state == "none":
+        if await self._end_for(turn_id, stream, exc):
+            return
+        if turn.submit_state == "none":
             await asyncio.to_thread(self._end, turn_id, stream, "failed", exc.code, exc.message, None, None)
         elif exc.code == "turn_finished":
             stream.close()

@@ -101,8 +101,13 @@ async def frame_within(gateway: Gateway, clock: Clock, deadline_ms: int) -> dict
 
 async def next_frame(gateway: Gateway, seconds: float) -> dict[str, Any] | None:
     """The channel's next frame within ``seconds`` (``TimeoutError`` after); a cancel arriving as the frame does
-    cancels the wait and leaves the frame queued (``timeouts.within``)."""
-    return await within(gateway.events.get(), seconds)
+    cancels the wait and leaves the frame queued (``timeouts.within``). The queue holds the channel's frames in
+    event-number order, one per number, so counting them keeps ``gateway.read_seq`` the number of the frame
+    returned (what a chat turn's frame cursor records, scale.md 4.1)."""
+    frame = await within(gateway.events.get(), seconds)
+    if frame is not None:
+        gateway.read_seq += 1
+    return frame
 
 
 def run_marker(run_id: str, work_id: str) -> str:
@@ -237,7 +242,7 @@ class TurnDriver:
             submitted = True
             if hooks is not None and hooks.after_submit is not None:
                 await hooks.after_submit(result)
-            await self._collect(
+            await self.collect(
                 gateway, result, on_event, deadline_ms=deadline_ms, grant=grant, on_frame=on_frame, stop=stop
             )
             finished = True
@@ -294,7 +299,7 @@ class TurnDriver:
         runtime = str(created["session_id"])
         return TurnResult("", "", runtime, stored_id, marker, resume_refused=refused, gateway=gateway)
 
-    async def _collect(
+    async def collect(
         self,
         gateway: Gateway,
         result: TurnResult,
@@ -304,9 +309,15 @@ class TurnDriver:
         grant: Grant | None = None,
         on_frame: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
         stop: asyncio.Event | None = None,
+        through: int | None = None,
     ) -> None:
+        """The submitted turn's frames on ``gateway`` until Hermes' ``message.complete`` or ``error`` (kept in
+        ``result``); ``stop`` (``session.interrupt``, then ``stopped`` after ``STOP_GRACE_S``), ``deadline_ms``
+        (``turn_timeout``), a revoked grant or channel (``access_revoked``) and a channel ending without a reply
+        (``runner_command_uncertain``) as ``run`` says. A chat turn's new owner also collects an adopted channel:
+        ``through`` returns without Hermes' end once the frame of that event number was handled."""
         stop_by: int | None = None
-        while True:
+        while through is None or gateway.read_seq < through:
             if stop is not None and stop.is_set():
                 if stop_by is None:
                     stop_by = self.clock.now_ms() + int(STOP_GRACE_S * 1000)

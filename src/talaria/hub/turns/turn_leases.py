@@ -22,6 +22,7 @@ import structlog
 from talaria.clock import Clock, SystemClock
 from talaria.errors import TalariaError
 from talaria.hub.replica import LIVE_MS
+from talaria.hub.runners.transport import TurnHeld
 from talaria.store.interface import Store, Tx
 
 log = structlog.get_logger("talaria.chat")
@@ -67,6 +68,11 @@ class TurnLeases(Protocol):
         """A stopping replica lets go of every turn it drives."""
         ...
 
+    def holding(self, turn_id: str, token: int) -> TurnHeld | None:
+        """What adopting the turn's channel is conditional on (scale.md 4.4): this replica's lease at ``token``;
+        None where channels die with their hub."""
+        ...
+
 
 class LocalTurnLeases:
     """One hub per SQLite directory: every turn is this hub's."""
@@ -90,6 +96,9 @@ class LocalTurnLeases:
 
     def release_all(self) -> None:
         return None
+
+    def holding(self, turn_id: str, token: int) -> TurnHeld | None:
+        return None  # a SQLite hub's channels die with it: nothing to adopt
 
 
 class SharedTurnLeases:
@@ -142,3 +151,6 @@ class SharedTurnLeases:
     def release_all(self) -> None:
         with self.store.write() as tx:
             tx.run("turn_lease_release_all", holder=self.holder)
+
+    def holding(self, turn_id: str, token: int) -> TurnHeld | None:
+        return TurnHeld(turn_id, self.holder, token)

@@ -88,3 +88,14 @@ ORDER BY finished_at DESC, created_at DESC LIMIT 1
 -- name: chat_turn_limit_lock
 -- Serialise the acceptances that count every live chat turn (chat.per_hub, cluster-wide; scale.md 3.7).
 SELECT pg_advisory_xact_lock(7346298301) AS locked
+
+-- name: chat_turn_channel
+-- With the submit record (chat.md 5.3 step 8): the gateway channel the turn runs in, its first event number there and
+-- the session's runtime id, which a replica taking the turn over adopts (scale.md 4.4).
+UPDATE chat_turn SET connection_id = :connection_id, first_seq = :first_seq, runtime_session_id = :runtime_session_id,
+                     frame_seq = NULL
+WHERE id = :id
+
+-- name: chat_turn_frame_seq
+-- The last of the turn's frames whose effect is stored, advanced in the transaction that stores it (scale.md 4.1).
+UPDATE chat_turn SET frame_seq = :seq WHERE id = :id AND (frame_seq IS NULL OR frame_seq < :seq)

@@ -70,14 +70,28 @@ WHERE g.id = :id AND g.runner_id = :runner_id AND g.closed_at IS NULL AND NOT g.
                                           AND j.lease_epoch = :lease_epoch FOR SHARE)
 RETURNING g.id, g.epoch, g.owner_counter, g.last_seq
 
+-- name: runner_gateway_adopt_turn
+-- As runner_gateway_adopt, for a chat turn (scale.md 4.4: chat turns alike): only while this replica holds the turn's
+-- turn_lease at that counter and the turn is still live.
+UPDATE runner_gateway g
+SET owner_replica = :replica, owner_counter = g.owner_counter + 1, orphaned_at = NULL
+FROM runner_conn c
+WHERE g.id = :id AND g.runner_id = :runner_id AND g.closed_at IS NULL AND NOT g.cleanup_only
+  AND c.runner_id = g.runner_id AND c.epoch = g.epoch
+  AND EXISTS (SELECT 1 FROM turn_lease l JOIN chat_turn t ON t.id = l.turn_id
+              WHERE l.turn_id = :turn_id AND l.holder = :holder AND l.counter = :counter
+                AND t.state IN ('running', 'recovering') FOR SHARE OF l)
+RETURNING g.id, g.epoch, g.owner_counter, g.last_seq
+
 -- name: runner_gateway_mark_orphans
 -- Maintenance: open gateways whose owner replica is not live are orphans from now on (scale.md 4.4 step 5), except
--- the channel of a job turn whose job is not terminal yet (its next holder adopts it).
+-- the channel of a job turn whose job is not terminal yet, or of a chat turn not ended (its next owner adopts it).
 UPDATE runner_gateway g SET orphaned_at = :now
 WHERE g.closed_at IS NULL AND g.orphaned_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM hub_replica r WHERE r.id = g.owner_replica AND r.renewed_at > :live_since)
   AND NOT EXISTS (SELECT 1 FROM job_turn t JOIN hermes_job j ON j.id = t.job_id
                   WHERE t.connection_id = g.id AND j.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED'))
+  AND NOT EXISTS (SELECT 1 FROM chat_turn t WHERE t.connection_id = g.id AND t.state IN ('running', 'recovering'))
 
 -- name: runner_gateway_orphans
 -- Maintenance: orphans nothing adopted within 60 s, to be closed (a few at a time).

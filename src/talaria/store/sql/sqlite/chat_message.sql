@@ -44,3 +44,7 @@ LIMIT :limit
 SELECT 1 AS replied FROM chat_message
 WHERE turn_id = :turn_id AND role = 'assistant' AND TRIM(content) <> ''
 LIMIT 1
+
+-- name: chat_message_tools_of_turn
+-- A turn's tool messages by Hermes' tool id (a replica taking the turn over completes them, scale.md 4.4).
+SELECT id, tool_id FROM chat_message WHERE turn_id = :turn_id AND tool_id IS NOT NULL

@@ -90,7 +90,7 @@ def test_a_node_re_registered_while_the_hub_was_down_fails_the_next_attempt_targ
     assert disabled.returncode == 0, disabled.stderr
     config = register_node(site.tmp, site.url, hermes, "node-2")
     site.restart_hub()
-    assert site.runner.wait(30) == 1  # the old runner is refused for good (runner_unauthorized)
+    assert site.runner.wait(30) == 3  # the old runner is refused for good (runner_unauthorized)
     site.runner.close()
     site.runner = RunnerProcess(config, site.tmp / "logs", name="runner-2")
     site.runner.wait_for("runner connected", timeout=30)

@@ -229,10 +229,10 @@ def test_a_hub_away_past_the_failover_window_prints_runner_disconnected_and_the_
 # --- terminal refusals (section 3) --------------------------------------------------------------------------------
 
 
-def test_a_disabled_runner_stops_for_good_with_exit_1_and_says_to_register_again(site: Site) -> None:
+def test_a_disabled_runner_stops_for_good_with_exit_3_and_says_to_register_again(site: Site) -> None:
     process = site.running()
     assert site.admin.delete(f"/api/admin/runners/{site.id}").json() == {"ok": True}
-    assert process.wait(10) == 1, process.stderr
+    assert process.wait(10) == 3, process.stderr
     assert_stopped_last(process)
     explanation = process.lines[-2].lower()
     assert "disabled" in explanation, process.stderr
@@ -241,14 +241,14 @@ def test_a_disabled_runner_stops_for_good_with_exit_1_and_says_to_register_again
     assert process.lines.count(CONNECTED) == 1
 
 
-def test_a_replaced_runner_process_is_fenced_and_exits_1(site: Site) -> None:
+def test_a_replaced_runner_process_is_fenced_and_exits_3(site: Site) -> None:
     first = site.running()
     copy = site.tmp / "copy"
     copy.mkdir()
     shutil.copy2(site.tmp / "node" / "runner.json", copy / "runner.json")
     second = site.start(copy / "runner.json", "second")
     second.wait_for(CONNECTED)
-    assert first.wait(10) == 1, first.stderr
+    assert first.wait(10) == 3, first.stderr
     assert_stopped_last(first)
     assert "runner_instance_retired" in first.stderr or "replaced" in first.stderr, first.stderr
     time.sleep(0.5)
@@ -386,7 +386,7 @@ def test_admin_runners_register_list_and_disable_from_the_command_line(
     wait_until(lambda: runner_summary(site.admin, config["runnerId"])["online"], what="the CLI runner online")
     disabled = talaria("admin", "runners", "disable", "--data-dir", data, config["runnerId"], cwd=site.tmp)
     assert disabled.returncode == 0, disabled.stderr
-    assert process.wait(10) == 1, process.stderr
+    assert process.wait(10) == 3, process.stderr
     assert_stopped_last(process)
     assert "regist" in process.lines[-2].lower(), process.stderr
     assert token not in process.stdout + process.stderr

@@ -7,8 +7,8 @@ new epoch, a 403 or 409, or the window passing without success disconnects local
 
 Status lines on stderr: ``runner connected`` when a new epoch is adopted, ``runner disconnected:
 <reason>`` on a local disconnect caused by an error, ``runner: <code>: <advice>`` before a stop for good
-(a terminal refusal, exit status 1; ``receipts_failed``, a receipt the file refused, exit status 4, ADR
-0019). Never the token or a Hermes credential.
+(a terminal refusal, exit status 3, operations.md 2.3; ``receipts_failed``, a receipt the file refused, exit status
+4, ADR 0019). Never the token or a Hermes credential.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ GRACE_S = 10.0
 GOODBYE_S = 2.0
 MAX_BACKOFF_S = 30.0
 RIDDEN_OUT = frozenset({0, 502, 503, 504})  # poll failures failover-v1 rides out: transport, a proxy, a stopping hub
-EXIT_TERMINAL = 1  # the hub refused this runner for good (TERMINAL_ADVICE)
+EXIT_TERMINAL = 3  # the hub refused this runner for good (TERMINAL_ADVICE): a service manager must not restart it
 EXIT_RECEIPTS_FAILED = 4  # a receipt could not be written: stopped rather than leave a command unanswered
 RECEIPTS_ADVICE = "the runner stops; free or repair the disk of its state directory, then start it again"
 TERMINAL_ADVICE = {

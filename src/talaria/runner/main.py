@@ -1,6 +1,7 @@
-"""``talaria runner --config PATH`` (runner-protocol.md 3). Exit 0 after a stop, 1 on a terminal
-refusal by the hub, 2 for an invalid configuration, a state directory in use or a receipts file that
-cannot be opened, 4 when a receipt cannot be written while running (ADR 0019)."""
+"""``talaria runner --config PATH`` (runner-protocol.md 3, operations.md 2.3). Exit 0 after a stop, 1 on an
+unexpected failure, 2 for an invalid configuration, a state directory in use or a receipts file that cannot be
+opened, 3 on a terminal refusal by the hub (a service manager does not restart it), 4 when a receipt cannot be
+written while running (ADR 0019)."""
 
 from __future__ import annotations
 

@@ -40,13 +40,16 @@ class Streaming:
     stream: Stream
     before: dict[str, Any]
 
-    def adopted(self) -> dict[str, Any]:
+    def adopted(self, by: str | None = None, counter: int = 2) -> dict[str, Any]:
+        """The channel's row once replica ``by`` (default: ``other``) adopted it, at owner counter ``counter``."""
+
         def counted() -> dict[str, Any] | None:
             row = chat_turn_channel(self.both.url, self.turn_id)
-            return row if row["owner_counter"] >= 2 else None
+            return row if row["owner_counter"] >= counter else None
 
-        row = until(counted, timeout=60, what="the other replica to adopt the turn's channel")
-        assert (row["owner_replica"], row["owner_counter"]) == (self.both.replica_of(self.other), 2), "adopted once"
+        row = until(counted, timeout=60, what=f"a replica to adopt the turn's channel at counter {counter}")
+        owner = self.both.replica_of(by or self.other)
+        assert (row["owner_replica"], row["owner_counter"]) == (owner, counter), "adopted once, by that replica"
         assert row["connection_id"] == self.before["connection_id"], "the same channel"
         return row
 
@@ -110,8 +113,12 @@ def test_a_replica_that_stops_mid_stream_leaves_its_turn_to_the_other_which_stre
         assert both.hermes.prompt_count(turn.text) == 1
         assert both.hermes.rpc_requests("session.resume") == [], "adopted, not resumed on a second channel"
         assert both.hermes.rpc_requests("session.active_list"), "the new owner asked whether the turn runs"
-        closed = until(lambda: chat_turn_channel(both.url, turn.turn_id)
-                       if chat_turn_channel(both.url, turn.turn_id)["closed_at"] else None)  # fmt: skip
+
+        def closed_row() -> dict[str, Any] | None:
+            row = chat_turn_channel(both.url, turn.turn_id)
+            return row if row["closed_at"] else None
+
+        closed = until(closed_row, what="the adopted channel to close")
         assert closed["owner_counter"] == 2, "closed by its new owner"
         lease = "SELECT * FROM turn_lease WHERE turn_id = ?"
         until(lambda: raw_sql(Settings(database_url=both.url), lease, turn.turn_id) == [] or None,
@@ -193,13 +200,7 @@ def test_a_replica_that_stops_while_it_follows_an_adopted_turn_leaves_the_channe
         turn.adopted()
         both.start("c", tmp_path)
         both.stop(turn.other)  # as its first owner did: the turn left running in Hermes, its channel open
-
-        def third() -> dict[str, Any] | None:
-            row = chat_turn_channel(both.url, turn.turn_id)
-            return row if row["owner_counter"] >= 3 else None
-
-        row = until(third, timeout=60, what="the third replica to adopt the channel")
-        assert (row["owner_replica"], row["owner_counter"]) == (both.replica_of("c"), 3)
+        turn.adopted(by="c", counter=3)
         both.hermes.delta_delay_for(turn.text, 0)
         done = wait_turn(both.clients["c"], both.conversation_id, turn.turn_id, timeout=60)
         assert done["state"] == "completed", done

@@ -13,7 +13,7 @@ APT := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recomm
 PG_BIN ?= /usr/lib/postgresql/15/bin
 
 .DEFAULT_GOAL := help
-.PHONY: help venv hermes browser postgres demo test lint bench clean
+.PHONY: help venv hermes browser postgres demo test lint bench runner-bundle clean
 
 help: ## show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -75,6 +75,10 @@ lint: $(STAMP) ## ruff (lint + format check) and mypy --strict
 
 bench: $(STAMP) ## lifecycle benchmark (prints figures; JSON object on the last line)
 	$(BIN)/python bench/lifecycle_bench.py
+
+# The single-file runner (operations.md 1.1): its wheels are fetched once into build/wheels (pip download).
+runner-bundle: $(STAMP) ## build dist/talaria-runner.pyz and its .sha256 (pure Python, reproducible)
+	$(BIN)/python -m talaria.bundle
 
 clean: ## remove the virtual environment and caches
 	rm -rf $(VENV) $(HERMES_VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -138,11 +138,21 @@ def cmd_runners(args: argparse.Namespace) -> int:
         }
         if args.hermes_url:
             body["hermesURL"] = args.hermes_url
-        registration = registry.register(args.tenant, parse_registration(body, default_server_url=args.server_url))
+        fields = parse_registration(body, default_server_url=args.server_url)
         out = Path(args.out)
-        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(registration.config, indent=2) + "\n")
+        partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
+        try:  # made before the runner exists: a path that cannot be written registers nothing
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as exc:
+            print(f"talaria: cannot write {out}: {exc.strerror}; nothing was registered", file=sys.stderr)
+            return 1
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                registration = registry.register(args.tenant, fields)
+                handle.write(json.dumps(registration.config, indent=2) + "\n")
+            partial.replace(out)  # an earlier file at --out is kept until the new one is complete
+        finally:
+            partial.unlink(missing_ok=True)
         out.chmod(0o600)
         print(str(out))
         return 0
@@ -287,12 +297,6 @@ def _postgres_status(url: str, live: int) -> str:
     return f"server: PostgreSQL {version // 10000}.{version % 10000}; {hubs}"
 
 
-def cmd_runner(args: argparse.Namespace) -> int:
-    from talaria.runner.main import run_runner
-
-    return run_runner(args.config)
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     from talaria.demo import run_demo
 
@@ -393,9 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("--yes", action="store_true", help="confirm a destructive downgrade")
     db.set_defaults(func=cmd_db)
 
-    runner = sub.add_parser("runner", help="run an execution node (the runner daemon)")
-    runner.add_argument("--config", type=Path, required=True, help="runner.json (mode 600)")
-    runner.set_defaults(func=cmd_runner)
+    # `talaria runner …` is handed whole to the runner's own parser (main() below), the one the single-file runner
+    # uses too (operations.md 1.2); this entry only lists it in the help.
+    sub.add_parser("runner", help="run an execution node (talaria runner --help for its options)", add_help=False)
 
     demo = sub.add_parser("demo", help="run the product end to end on a temporary data directory")
     demo.add_argument("--exit", action="store_true", help="stop the hub when the demo is done")
@@ -419,13 +423,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["runner"]:  # the runner keeps to its status lines (and stays light)
+        from talaria.runner.cli import main as runner_main
+
+        return runner_main(arguments[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(arguments)
     if args.command == "db" and args.action == "downgrade" and (args.set is None or args.to is None):
         parser.error("db downgrade needs --set NAME --to N --yes")
     if args.command == "testing":  # test helpers print their own status lines
         configure_logging("WARNING")
-    elif args.command != "runner":  # the runner keeps to its status lines (and stays light)
+    else:
         configure_logging()
     try:
         code: int = args.func(args)

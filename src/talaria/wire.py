@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from talaria.release import user_agent
+
 MAX_HEAD_BYTES = 64 * 1024
-USER_AGENT = "talaria-runner/1"
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
@@ -108,7 +109,7 @@ class WireClient:
         if not target.startswith("/") or any(c in target for c in " \r\n"):
             raise WireError("protocol", "the request target must be a path without spaces")
         lines = [f"{method} {self.prefix}{target} HTTP/1.1", f"Host: {self.host_header}"]
-        lines.append(f"User-Agent: {USER_AGENT}")
+        lines.append(f"User-Agent: {user_agent()}")
         lines.append("Accept-Encoding: identity")
         for name, value in (headers or {}).items():
             _check_header(name, value)

@@ -10,6 +10,7 @@ from pathlib import Path
 from playwright.sync_api import Locator, Page, expect
 
 from talaria.canonical import sha256_hex
+from talaria.release import runner_version
 from talaria.testing.hub_server import HubServer
 from tests.browser.conftest import DESKTOP, PHONE, Browsers, assert_fits, screenshot_dir, sign_in
 from tests.conftest import login
@@ -87,6 +88,7 @@ def test_register_download_connect_and_disable_a_node(hub: HubServer, browsers: 
         runner.wait_for("runner connected")
         expect(row.get_by_test_id("node-status")).to_have_text("Connected", timeout=10_000)  # no reload
         expect(row).to_contain_text("team-tools-v1")
+        expect(row.get_by_test_id("node-version")).to_have_text(runner_version())
         for name, size in (("desktop", DESKTOP), ("phone", PHONE)):
             page.set_viewport_size(size)
             assert_fits(page)

@@ -47,6 +47,7 @@ SUMMARY_KEYS = {
     "lastSeenAt",
     "connectedAt",
     "features",
+    "runnerVersion",
 }
 # An http command the runner refuses by its allow-list without calling Hermes: a reply that needs no Hermes.
 OFF_LIST = {"path": "/api/not-on-the-allow-list", "method": "GET", "search": ""}

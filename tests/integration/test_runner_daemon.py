@@ -337,6 +337,32 @@ def talaria(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_register_to_a_path_that_cannot_be_written_registers_nothing(site: Site) -> None:
+    data = str(site.tmp / "data")
+    out = site.tmp / "missing-directory" / "runner.json"
+    refused = talaria(
+        "admin", "runners", "register", "--data-dir", data, "--name", "lost", "--source", "lab",
+        "--profile", "default", "--server-url", site.server.url, "--out", str(out), cwd=site.tmp,
+    )  # fmt: skip
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == f"talaria: cannot write {out}: No such file or directory; nothing was registered"
+    assert "Traceback" not in refused.stderr
+    listed = talaria("admin", "runners", "list", "--data-dir", data, cwd=site.tmp)
+    assert "lost" not in listed.stdout, "no runner whose token nobody has"
+
+    kept = site.tmp / "kept" / "runner.json"
+    kept.parent.mkdir()
+    kept.write_text("an earlier runner.json\n")
+    duplicate = talaria(
+        "admin", "runners", "register", "--data-dir", data, "--name", "again", "--source", "local",
+        "--profile", "default", "--server-url", site.server.url, "--out", str(kept), cwd=site.tmp,
+    )  # fmt: skip
+    assert duplicate.returncode == 1, duplicate.stderr
+    assert "already has an enabled runner" in duplicate.stderr
+    assert kept.read_text() == "an earlier runner.json\n", "a refused registration leaves the file as it was"
+    assert [p.name for p in kept.parent.iterdir()] == ["runner.json"], "no partial file left"
+
+
 def test_admin_runners_register_list_and_disable_from_the_command_line(
     site: Site, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -94,6 +94,7 @@ def test_registration_answers_the_summary_a_one_time_token_and_the_complete_runn
         None,
         [],
     )
+    assert runner["runnerVersion"] is None
     assert config == {
         "protocol": 1,
         "serverURL": server.url,
@@ -310,6 +311,7 @@ def test_listing_holds_every_runner_with_its_liveness_and_never_the_token_or_its
     assert online["connectedAt"] == server.clock.now_ms()
     assert online["lastSeenAt"] == server.clock.now_ms()
     assert online["features"] == []
+    assert online["runnerVersion"] is None, "httpx's User-Agent names no runner release"
     disabled = by_id[two["runner"]["id"]]
     assert disabled["enabled"] is False
     assert (disabled["online"], disabled["lastSeenAt"], disabled["connectedAt"], disabled["features"]) == (

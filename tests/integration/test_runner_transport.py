@@ -402,6 +402,21 @@ def test_features_are_filtered_and_replaced_by_every_header_even_an_empty_one(no
     assert not second.done()
 
 
+def test_the_runner_version_comes_from_the_user_agent_of_a_poll_with_features(node: Node) -> None:
+    machine = node.machine()
+    assert node.summary()["runnerVersion"] is None, "not connected"
+    agent = {"User-Agent": "talaria-runner/0.1.0+0123456789ab.dirty"}
+    assert_machine_ok(machine.poll(features="export-v1", headers=agent))
+    assert node.summary()["runnerVersion"] == "0.1.0+0123456789ab.dirty"
+    held = node.held_poll(machine)  # without the features header the version stays, whatever the agent says
+    assert node.summary()["runnerVersion"] == "0.1.0+0123456789ab.dirty"
+    other = node.twin(machine)
+    second = node.background(lambda: other.poll(features="", headers={"User-Agent": "curl/8.0 talaria-runner/2"}))
+    assert assert_machine_ok(held.result(10))["commands"] == []
+    wait_until(lambda: node.summary()["runnerVersion"] is None, what="a foreign agent to clear the version")
+    assert not second.done()
+
+
 def test_every_poll_answer_echoes_the_offered_features_this_hub_accepts(node: Node) -> None:
     """X-Hub-Features (scale.md 3.5): what this poll offered and the hub implements, sorted; empty without an offer."""
     machine = node.machine()

@@ -405,7 +405,7 @@ RUNNER_PACKAGES = ("runner", "hermes")
 RUNNER_THIRD_PARTY = frozenset({"httpx", "websockets"})
 RUNNER_TALARIA = (
     "talaria.clock", "talaria.canonical", "talaria.runner", "talaria.hermes", "talaria.wire", "talaria.runner_json",
-    "talaria.text_rules", "talaria.timeouts",
+    "talaria.text_rules", "talaria.timeouts", "talaria.release",
 )  # fmt: skip
 
 
@@ -427,6 +427,19 @@ def test_the_runner_imports_only_the_standard_library_httpx_websockets_and_its_o
                     ok = top in sys.stdlib_module_names or top in RUNNER_THIRD_PARTY or name == "talaria"
                     ok = ok or any(name == m or name.startswith(m + ".") for m in RUNNER_TALARIA)
                     assert ok, f"{path.relative_to(src)} imports {name}"
+
+
+def test_the_single_file_runner_s_closure_is_the_runner_s_allowed_modules() -> None:
+    from talaria.bundle.closure import runner_closure
+
+    closure = runner_closure(PACKAGE.parent)
+    assert {"talaria", "talaria.runner.cli", "talaria.runner.main", "talaria.hermes.ws", "talaria.release"} <= set(
+        closure
+    )
+    outside = [
+        m for m in closure if m != "talaria" and not any(m == a or m.startswith(a + ".") for a in RUNNER_TALARIA)
+    ]
+    assert outside == []
 
 
 def test_loading_the_whole_runner_pulls_in_no_hub_module_pydantic_or_fastapi() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import ssl
 import time
 import urllib.request
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from talaria.release import user_agent
 from talaria.wire import WireClient, WireError, WireReply
 
 REQUEST_TIMEOUT_S = 25.0
@@ -86,10 +88,18 @@ class Wire(Protocol):
 
 
 class ProxiedWire:
-    """The hub behind a proxy named by the environment: httpx with ``trust_env``, same limits."""
+    """The hub behind a proxy named by the environment: httpx with ``trust_env``, same limits. It trusts the
+    system's certificate store, as the direct path does (operations.md 6), never certifi's bundle, which a
+    single-file runner would have to extract to read."""
 
     def __init__(self, base_url: str) -> None:
-        self.http = httpx.AsyncClient(base_url=base_url, timeout=REQUEST_TIMEOUT_S, follow_redirects=False)
+        self.http = httpx.AsyncClient(
+            base_url=base_url,
+            timeout=REQUEST_TIMEOUT_S,
+            follow_redirects=False,
+            headers={"User-Agent": user_agent()},
+            verify=ssl.create_default_context(),
+        )
 
     async def request(
         self,

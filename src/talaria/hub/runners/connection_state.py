@@ -133,6 +133,7 @@ class ConnState:
     created: int
     seen: int
     features: frozenset[str] = frozenset()
+    version: str | None = None  # the runner's release, from the User-Agent of its polls (operations.md 1.2)
     queue: dict[str, Command] = field(default_factory=dict)
     pending_bytes: int = 0
     waiter: asyncio.Future[str] | None = None

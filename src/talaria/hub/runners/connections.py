@@ -61,8 +61,9 @@ class RunnerHub:
     # --- gate 3-8 (runner-protocol.md 4) -------------------------------------------------------------------
 
     async def enter(
-        self, runner_id: str, instance: str, *, poll: bool, reset: bool, epoch: str | None, features: str | None
-    ) -> tuple[ConnState, bool]:
+        self, runner_id: str, instance: str, *, poll: bool, reset: bool, epoch: str | None, features: str | None,
+        version: str | None = None,
+    ) -> tuple[ConnState, bool]:  # fmt: skip
         """Apply gates 3-8 for one request; returns the state and whether this request created it."""
         state = self.states.get(runner_id)
         if poll and reset and state is not None and state.instance == instance:
@@ -91,6 +92,7 @@ class RunnerHub:
         self.last_seen[runner_id] = now
         if features is not None:
             state.features = limits.accepted_features(features)
+            state.version = version
         return state, created
 
     # --- poll (6.2) ------------------------------------------------------------------------------------------
@@ -409,6 +411,7 @@ class RunnerHub:
             "lastSeenAt": self.last_seen.get(runner_id),
             "connectedAt": state.created if state else None,
             "features": sorted(state.features) if state else [],
+            "runnerVersion": state.version if state else None,
         }
 
     def pending_count(self) -> int:

@@ -67,6 +67,7 @@ class Polled:
 
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+USER_AGENT = re.compile(r"talaria-runner/([0-9A-Za-z.+-]{1,64})")
 log = structlog.get_logger("talaria.hub")
 
 
@@ -212,6 +213,13 @@ async def _read_body(headers: dict[str, str], receive: Receive) -> bytes:
             return b"".join(chunks)
 
 
+def runner_version_of(user_agent: str | None) -> str | None:
+    """The release a runner names in its ``User-Agent`` (``talaria-runner/<version>``, operations.md 1.2), or None
+    for another agent or a malformed one."""
+    match = USER_AGENT.fullmatch(user_agent or "")
+    return match.group(1) if match else None
+
+
 async def _gate_record(hub: Hub, runner_id: str, headers: dict[str, str]) -> None:
     """Gate 1: no Origin, an enabled record, the matching bearer (compared as SHA-256, constant time)."""
     record = hub.registry.get(runner_id)
@@ -238,6 +246,7 @@ async def _handle(hub: Hub, headers: dict[str, str], receive: Receive, runner_id
         reset=headers.get("x-runner-reset") == "1",
         epoch=headers.get("x-runner-epoch"),
         features=headers.get("x-runner-features"),
+        version=runner_version_of(headers.get("user-agent")),
     )
     if op == "poll":
         echo = ",".join(sorted(limits.accepted_features(headers.get("x-runner-features"))))

@@ -195,15 +195,16 @@ class SharedRunnerHub:
     # --- gates 3-8 (runner-protocol.md 4, scale.md 3.3) --------------------------------------------------------
 
     async def enter(
-        self, runner_id: str, instance: str, *, poll: bool, reset: bool, epoch: str | None, features: str | None
-    ) -> tuple[ConnState, bool]:
+        self, runner_id: str, instance: str, *, poll: bool, reset: bool, epoch: str | None, features: str | None,
+        version: str | None = None,
+    ) -> tuple[ConnState, bool]:  # fmt: skip
         if poll and self.shutting_down:
             raise TalariaError("hub_shutting_down", "this hub replica is shutting down; retry")
         token = uuid.uuid4().hex if poll else None
         if features is not None:
             features = ",".join(sorted(limits.accepted_features(features)))
         ended, row, created, held_by = await run_in_threadpool(
-            self._enter, runner_id, instance, poll, reset, epoch, features, token
+            self._enter, runner_id, instance, poll, reset, epoch, features, None if features is None else version, token
         )
         for end in ended:
             self._after_end(end)
@@ -215,7 +216,7 @@ class SharedRunnerHub:
 
     def _enter(
         self, runner_id: str, instance: str, poll: bool, reset: bool, epoch: str | None, features: str | None,
-        token: str | None,
+        version: str | None, token: str | None,
     ) -> tuple[list[_Ended], Row, bool, str | None]:  # fmt: skip
         now = self.clock.now_ms()
         if not poll and features is None:
@@ -246,7 +247,8 @@ class SharedRunnerHub:
                 if row is not None:
                     break
                 made = {"runner_id": runner_id, "instance": instance, "epoch": str(uuid.uuid4()), "now": now,
-                        "features": features or "", "poll_token": token, "poll_replica": self.replica_id}  # fmt: skip
+                        "features": features or "", "runner_version": version, "poll_token": token,
+                        "poll_replica": self.replica_id}  # fmt: skip
                 if tx.one("runner_conn_insert", **made) is not None:
                     tx.run("runner_conn_seen", runner_id=runner_id, now=now)
                     state = {**made, "created_at": now, "seen_at": now}
@@ -254,14 +256,15 @@ class SharedRunnerHub:
             else:  # pragma: no cover - a row inserted and deleted twice while this transaction waited
                 raise TalariaError("store_unavailable", "the runner's connection state kept changing; retry")
             held_by = row["poll_replica"]
-            tx.run("runner_conn_touch", runner_id=runner_id, now=now, features=features, poll_token=token,
-                   poll_replica=self.replica_id if poll else None)  # fmt: skip
+            tx.run("runner_conn_touch", runner_id=runner_id, now=now, features=features, runner_version=version,
+                   poll_token=token, poll_replica=self.replica_id if poll else None)  # fmt: skip
             if now - int(row["seen_at"]) >= SEEN_EVERY_MS:
                 tx.run("runner_conn_seen", runner_id=runner_id, now=now)
         state = dict(row)
         state["seen_at"] = now
         if features is not None:
             state["features"] = features
+            state["runner_version"] = version
         if token is not None:
             state["poll_token"] = token
         return ended, state, False, held_by
@@ -285,7 +288,8 @@ class SharedRunnerHub:
         features = frozenset(name for name in str(row["features"] or "").split(",") if name)
         return ConnState(
             runner_id=row["runner_id"], instance=row["instance"], epoch=row["epoch"], created=int(row["created_at"]),
-            seen=int(row["seen_at"]), features=features, gateways=local.gateways, grants=local.grants,
+            seen=int(row["seen_at"]), features=features, version=row.get("runner_version"), gateways=local.gateways,
+            grants=local.grants,
             poll_token=row.get("poll_token"),
         )  # fmt: skip
 
@@ -1205,6 +1209,7 @@ class SharedRunnerHub:
             "lastSeenAt": last,
             "connectedAt": int(created) if created is not None else None,
             "features": sorted(name for name in str(row.get("features") or "").split(",") if name),
+            "runnerVersion": row.get("runner_version") if created is not None else None,
         }
 
     def pending_wires(self, runner_id: str) -> list[dict[str, Any]]:

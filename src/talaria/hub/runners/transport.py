@@ -47,9 +47,12 @@ class RunnerTransport(Protocol):
     validity: Validity
 
     async def enter(
-        self, runner_id: str, instance: str, *, poll: bool, reset: bool, epoch: str | None, features: str | None
-    ) -> tuple[ConnState, bool]:
-        """Gates 3-8 of runner-protocol.md 4 for one request: the state, and whether this request created it."""
+        self, runner_id: str, instance: str, *, poll: bool, reset: bool, epoch: str | None, features: str | None,
+        version: str | None = None,
+    ) -> tuple[ConnState, bool]:  # fmt: skip
+        """Gates 3-8 of runner-protocol.md 4 for one request: the state, and whether this request created it.
+        ``features`` and ``version`` (the runner's, from its ``User-Agent``) come with a poll and replace the
+        state's."""
         ...
 
     async def poll(self, state: ConnState, created: bool) -> dict[str, Any]:
@@ -160,7 +163,8 @@ class RunnerTransport(Protocol):
     def pending_count(self) -> int: ...
 
     def summary(self, runner_id: str) -> dict[str, Any]:
-        """``online``, ``lastSeenAt``, ``connectedAt`` and ``features`` for the nodes page and API."""
+        """``online``, ``lastSeenAt``, ``connectedAt``, ``features`` and ``runnerVersion`` for the nodes page
+        and API."""
         ...
 
     def pending_wires(self, runner_id: str) -> list[dict[str, Any]]:

@@ -1,25 +1,30 @@
 -- name: runner_conn_lock
 -- Gates 3-8 and every change of a connection state run holding its row (scale.md 3.3).
-SELECT runner_id, instance, epoch, created_at, seen_at, features, poll_token, poll_replica, draining_since
+SELECT runner_id, instance, epoch, created_at, seen_at, features, runner_version, poll_token, poll_replica,
+       draining_since
 FROM runner_conn WHERE runner_id = :runner_id FOR UPDATE
 
 -- name: runner_conn_get
 -- One runner's connection state, read without a lock.
-SELECT runner_id, instance, epoch, created_at, seen_at, features, poll_token, poll_replica, draining_since
+SELECT runner_id, instance, epoch, created_at, seen_at, features, runner_version, poll_token, poll_replica,
+       draining_since
 FROM runner_conn WHERE runner_id = :runner_id
 
 -- name: runner_conn_insert
 -- A poll with no state makes one; 0 rows when another replica's poll made it first (lock it then).
-INSERT INTO runner_conn (runner_id, instance, epoch, created_at, seen_at, features, poll_token, poll_replica)
-VALUES (:runner_id, :instance, :epoch, :now, :now, :features, :poll_token, :poll_replica)
+INSERT INTO runner_conn (runner_id, instance, epoch, created_at, seen_at, features, runner_version, poll_token,
+                         poll_replica)
+VALUES (:runner_id, :instance, :epoch, :now, :now, :features, :runner_version, :poll_token, :poll_replica)
 ON CONFLICT (runner_id) DO NOTHING
 RETURNING runner_id
 
 -- name: runner_conn_touch
--- A request passed gate 8: seen (written at most once a second), features when the header came, the poll token.
+-- A request passed gate 8: seen (written at most once a second), features and the runner's version when the
+-- features header came (a poll), the poll token.
 UPDATE runner_conn
 SET seen_at = CASE WHEN :now - seen_at >= 1000 THEN :now ELSE seen_at END,
     features = COALESCE(:features, features),
+    runner_version = CASE WHEN :features IS NULL THEN runner_version ELSE :runner_version END,
     poll_token = COALESCE(:poll_token, poll_token),
     poll_replica = COALESCE(:poll_replica, poll_replica)
 WHERE runner_id = :runner_id
@@ -58,7 +63,7 @@ WHERE r.id = ANY(:runner_ids)
 
 -- name: runner_conn_summary
 -- What the nodes page shows of a runner's connection.
-SELECT c.created_at, c.seen_at, c.features, s.seen_at AS last_seen_at
+SELECT c.created_at, c.seen_at, c.features, c.runner_version, s.seen_at AS last_seen_at
 FROM runner r LEFT JOIN runner_conn c ON c.runner_id = r.id LEFT JOIN runner_seen s ON s.runner_id = r.id
 WHERE r.id = :runner_id
 

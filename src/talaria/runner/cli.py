@@ -1,0 +1,57 @@
+"""The runner's command line, one parser for ``talaria runner …`` and ``python3 talaria-runner.pyz …``
+(operations.md 1.2): ``--config PATH`` runs the daemon, ``--version`` prints the build, ``install-service`` writes
+a systemd unit (operations.md 2). Usage errors exit 2, like an invalid configuration."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from talaria.release import version_line
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Run a Talaria execution node (the runner daemon).")
+    parser.add_argument("--version", action="version", version=version_line())
+    parser.add_argument("--config", type=Path, default=None, help="runner.json (mode 600)")
+    sub = parser.add_subparsers(dest="command", metavar="install-service")
+    install = sub.add_parser("install-service", help="write a systemd unit that runs this runner")
+    install.add_argument("--config", type=Path, required=True, help="runner.json (mode 600)")
+    mode = install.add_mutually_exclusive_group()
+    mode.add_argument("--system", dest="system", action="store_const", const=True, default=None,
+                      help="a system unit in /etc/systemd/system (root; the default as root)")  # fmt: skip
+    mode.add_argument("--user", dest="system", action="store_const", const=False,
+                      help="a unit of your own account in ~/.config/systemd/user (the default otherwise)")  # fmt: skip
+    install.add_argument("--print", dest="print_only", action="store_true", help="print the unit; touch nothing")
+    install.add_argument("--name", default=None, help="unit name (default talaria-runner-<runner id prefix>)")
+    install.add_argument("--force", action="store_true", help="replace a different existing unit")
+    return parser
+
+
+def default_launcher() -> tuple[str, ...]:
+    """How a unit starts this runner when it was run as ``talaria runner``: the ``talaria`` executable, else this
+    interpreter with ``-m talaria``; absolute paths, symbolic links kept (a venv's interpreter is one)."""
+    first = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if first is not None and first.name == "talaria" and first.exists():
+        return (os.path.abspath(first), "runner")
+    return (os.path.abspath(sys.executable), "-m", "talaria", "runner")
+
+
+def main(argv: Sequence[str], prog: str = "talaria runner", launcher: Sequence[str] | None = None) -> int:
+    """``launcher``: the words that start this runner again (the single-file runner passes its interpreter and
+    archive)."""
+    args = build_parser(prog).parse_args(list(argv))
+    if args.command == "install-service":
+        from talaria.runner.install_service import Request, install_service
+
+        words = tuple(launcher) if launcher is not None else default_launcher()
+        return install_service(Request(args.config, args.system, args.print_only, args.name, args.force, words))
+    if args.config is None:
+        print(f"{prog}: --config PATH is required (runner.json, mode 600)", file=sys.stderr)
+        return 2
+    from talaria.runner.main import run_runner
+
+    return run_runner(args.config)

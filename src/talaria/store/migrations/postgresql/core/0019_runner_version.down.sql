@@ -1,0 +1,1 @@
+ALTER TABLE runner_conn DROP COLUMN runner_version;

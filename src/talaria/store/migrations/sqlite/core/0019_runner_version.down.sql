@@ -1,0 +1,1 @@
+-- Nothing to undo on SQLite (see the up step).

@@ -1,0 +1,3 @@
+-- additive: true
+-- A runner's release is recorded on its connection state, which a SQLite hub keeps in memory (scale.md 3.1; the
+-- PostgreSQL step adds a column to runner_conn), so this step changes nothing here.

@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from talaria import __version__
 from talaria.errors import SettingsError, TalariaError
@@ -15,6 +16,9 @@ from talaria.logs import configure_logging
 from talaria.settings import Settings, load_offline_settings, load_settings
 from talaria.store.interface import Row, Store
 from talaria.store.open import SQLITE_NAME, open_sqlite, open_store
+
+if TYPE_CHECKING:
+    from talaria.hub.runners.registry import RunnerRegistry
 
 
 def _offline_settings(args: argparse.Namespace) -> Settings:
@@ -107,7 +111,8 @@ def cmd_set_user(args: argparse.Namespace) -> int:
 
 
 def cmd_runners(args: argparse.Namespace) -> int:
-    """``talaria admin runners list|register|disable`` for scripted set-ups (runner-protocol.md 2)."""
+    """``talaria admin runners list|register|disable|drain`` for scripted set-ups (runner-protocol.md 2,
+    operations.md 3.1)."""
     import json
 
     from talaria.clock import SystemClock
@@ -128,6 +133,8 @@ def cmd_runners(args: argparse.Namespace) -> int:
                 return 1
             print(f"disabled runner {args.id}; it stops at its next request")
             return 0
+        if args.runners_command == "drain":
+            return _drain_runner(store, registry, args.id, args.tenant)
         body: dict[str, object] = {
             "name": args.name,
             "source": args.source,
@@ -158,6 +165,31 @@ def cmd_runners(args: argparse.Namespace) -> int:
         return 0
     finally:
         store.close()
+
+
+def _drain_runner(store: Store, registry: RunnerRegistry, runner_id: str, tenant: str) -> int:
+    """PostgreSQL: drain the runner's connection state and wake the replica holding its poll. SQLite: the hub's
+    states live in its memory, so a request is recorded for the hub to apply at the runner's next request."""
+    from talaria.clock import SystemClock
+
+    record = registry.get(runner_id)
+    if record is None or record.tenant != tenant or not record.enabled:
+        print(f"talaria: no enabled runner {runner_id} in tenant {tenant}", file=sys.stderr)
+        return 1
+    now = SystemClock().now_ms()
+    if store.dialect != "postgresql":
+        registry.request_drain(runner_id, tenant, now)
+        print(f"drain requested for runner {runner_id}; the hub applies it at the runner's next request")
+        return 0
+    with store.write() as tx:
+        row = tx.one("runner_conn_drain_current", runner_id=runner_id, now=now)
+        if row is not None:
+            tx.one("runner_conn_wake", runner_id=runner_id)
+    if row is None:
+        print(f"talaria: runner {runner_id} is not connected", file=sys.stderr)
+        return 1
+    print(f"runner {runner_id} is draining: it takes no new work and stops once what runs has finished")
+    return 0
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
@@ -367,7 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing = runners.add_parser("list", help="list the registered runners")
     register = runners.add_parser("register", help="register a runner and write its runner.json (mode 600)")
     disable = runners.add_parser("disable", help="disable a runner for good")
-    for command in (listing, register, disable):
+    drain = runners.add_parser("drain", help="drain a runner: no new work; it stops once what runs has finished")
+    for command in (listing, register, disable, drain):
         command.add_argument("--data-dir", default=None)
         command.add_argument("--config", type=Path, default=None, help=CONFIG_HELP)
         command.add_argument("--tenant", default="default")
@@ -381,6 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument("--allow-insecure-lan", action="store_true", help="allow plain http to a LAN hub")
     register.add_argument("--out", required=True, help="where to write runner.json")
     disable.add_argument("id")
+    drain.add_argument("id")
 
     audit = sub.add_parser("audit", help="audit chain").add_subparsers(dest="audit_command", required=True)
     verify = audit.add_parser("verify", help="recompute the hash chain")

@@ -81,6 +81,7 @@ STATUS_BY_CODE: Mapping[str, int] = {
     "hub_shutting_down": 503,
     # outcomes of hub operations that send commands (runner-protocol.md 6.1, 14)
     "runner_offline": 503,
+    "runner_draining": 503,  # operations.md 3.2: the node takes no new work
     "runner_busy": 429,
     "runner_command_not_admitted": 403,
     "runner_command_uncertain": 504,

@@ -10,11 +10,13 @@ from pathlib import Path
 from playwright.sync_api import Locator, Page, expect
 
 from talaria.canonical import sha256_hex
+from talaria.hub.runners.connection_state import AccountRef
 from talaria.release import runner_version
+from talaria.testing.hermes_fixture import HermesFixture
 from talaria.testing.hub_server import HubServer
 from tests.browser.conftest import DESKTOP, PHONE, Browsers, assert_fits, screenshot_dir, sign_in
 from tests.conftest import login
-from tests.integration.runner_support import RunnerProcess
+from tests.integration.runner_support import RunnerProcess, register_node
 
 HERMES_URL = "http://127.0.0.1:9119"  # never reached: a runner asks Hermes for nothing before a command
 
@@ -137,3 +139,36 @@ def test_a_refused_registration_shows_the_hub_s_reason_and_keeps_the_form(hub: H
     expect(page.get_by_role("alert")).to_contain_text("invalid_runner_config")
     expect(page.get_by_label("Name")).to_have_value("remote")  # nothing typed is lost
     expect(page.get_by_role("button", name="Download runner.json")).to_be_hidden()
+
+
+def test_drain_shows_draining_until_the_runner_has_finished_and_stopped(
+    hub: HubServer, browsers: Browsers, tmp_path: Path
+) -> None:
+    with HermesFixture() as hermes:
+        config = register_node(hub, tmp_path / "node", hermes_url=hermes.url, session_token=hermes.session_token,
+                               name="edge")  # fmt: skip
+        runner_id = json.loads(config.read_text())["runnerId"]
+        runner = RunnerProcess(config, tmp_path / "logs")
+        try:
+            runner.wait_for("runner connected")
+            root = hub.hub.accounts.get("root")
+            assert root is not None
+            account = AccountRef(root.username, root.tenant, root.auth_version)
+            gateway = hub.call(hub.hub.channels.open_gateway(runner_id, account))  # work in flight keeps it draining
+            page = browsers.context().page()
+            sign_in(page, hub, "root")
+            page.goto(f"{hub.url}/settings/nodes")
+            row = node_row(page, "edge")
+            expect(row.get_by_test_id("node-status")).to_have_text("Connected")
+            page.once("dialog", lambda dialog: dialog.accept())
+            page.get_by_role("button", name="Drain edge").click()
+            expect(row.get_by_test_id("node-status")).to_have_text("Draining")
+            expect(page.get_by_role("button", name="Drain edge")).to_have_count(0)
+            runner.wait_for("runner draining")
+            assert runner.proc.poll() is None, "the open channel keeps it running"
+            hub.call(hub.hub.channels.close_gateway(gateway))
+            assert runner.wait(15) == 0, runner.stderr
+            assert "runner drained" in runner.lines
+            expect(row.get_by_test_id("node-status")).to_have_text("Waiting for connection", timeout=10_000)
+        finally:
+            runner.close()

@@ -48,6 +48,8 @@ SUMMARY_KEYS = {
     "connectedAt",
     "features",
     "runnerVersion",
+    "draining",
+    "drainingSince",
 }
 # An http command the runner refuses by its allow-list without calling Hermes: a reply that needs no Hermes.
 OFF_LIST = {"path": "/api/not-on-the-allow-list", "method": "GET", "search": ""}

@@ -221,3 +221,22 @@ def test_a_bad_unit_name_exits_2(registered: dict[str, object], tmp_path: Path, 
     assert done.returncode == 2, done.stderr
     assert "is not a unit name" in done.stderr
     assert done.stdout == ""
+
+
+def test_runner_options_go_into_exec_start(registered: dict[str, object], tmp_path: Path) -> None:
+    config = config_in(tmp_path / "node", registered)
+    done = command("--config", str(config), "--user", "--print", "--drain-timeout", "60")
+    assert done.returncode == 0, done.stderr
+    assert f"\nExecStart={' '.join(LAUNCHER)} --config {config} --drain-timeout 60\n" in done.stdout
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "1.5", ""])
+def test_a_drain_timeout_that_is_not_whole_seconds_exits_2(
+    registered: dict[str, object], tmp_path: Path, value: str
+) -> None:
+    config = config_in(tmp_path / "node", registered)
+    argv = [sys.executable, "-m", "talaria", "runner", "--config", str(config), f"--drain-timeout={value}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "is not a whole number of seconds" in done.stderr
+    assert not (tmp_path / "node" / "state").exists(), "refused before anything started"

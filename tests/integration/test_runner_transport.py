@@ -9,6 +9,7 @@ that waits for them. Commands are queued with ``RunnerHub.send`` on the hub loop
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -924,3 +925,160 @@ def test_metrics_expose_runner_gauges_counters_and_round_trips(node: Node) -> No
     assert metric_value(text, "talaria_runner_command_seconds_count") == 1
     assert metric_value(text, 'talaria_runner_commands_total{outcome="ok"}') == 1
     assert metric_value(text, 'talaria_runner_commands_total{outcome="runner_offline"}') == 1
+
+
+# --- drain (operations.md 3.1, 3.2) ----------------------------------------------------------------------------------
+
+
+def drain_api(node: Node, runner_id: str | None = None) -> httpx.Response:
+    return node.admin.post(f"/api/admin/runners/{runner_id or node.id}/drain")
+
+
+def test_an_admin_drain_ends_the_held_poll_with_drain_and_refuses_new_work_but_not_recovery(node: Node) -> None:
+    machine = node.machine()
+    assert_machine_ok(machine.poll(features="drain-v1"))
+    before = node.summary()
+    assert (before["draining"], before["drainingSince"]) == (False, None)
+    held = node.held_poll(machine)
+    answer = drain_api(node)
+    assert (answer.status_code, answer.json()) == (200, {"ok": True})
+    polled = assert_machine_ok(held.result(10))
+    assert (polled["commands"], polled["drain"]) == ([], True), "the held poll ends at once, saying so"
+    since = node.clock.now_ms()
+    assert (node.summary()["draining"], node.summary()["drainingSince"]) == (True, since)
+    node.clock.advance(5)
+    assert drain_api(node).json() == {"ok": True}, "repeated"
+    assert node.summary()["drainingSince"] == since, "a repeat changes nothing"
+
+    account = AccountRef("root", "default", 1)
+    channels = node.server.hub.channels
+    with pytest.raises(TalariaError) as refused:
+        node.server.call(channels.open_gateway(node.id, account))
+    assert (refused.value.code, refused.value.status) == ("runner_draining", 503)
+    with pytest.raises(TalariaError) as no_grant:
+        node.server.call(channels.create_grant(node.id, account, profile="default", work_id="w", session={},
+                                               catalog=[], executor=None, turn_active=None))  # type: ignore[arg-type]  # fmt: skip
+    assert no_grant.value.code == "runner_draining"
+    assert pending_wire(node.server, node.id) == [], "nothing was sent"
+
+    recovering = spawn(node.server, channels.open_gateway(node.id, account, recovery=True))
+    cleanup = spawn(node.server, channels.open_gateway(node.id, account, cleanup_only=True))
+    wait_until(lambda: len(pending_wire(node.server, node.id)) == 2, what="both opens queued")
+    payloads = [wire["payload"] for wire in pending_wire(node.server, node.id)]
+    assert all(set(p) <= {"connectionId", "cleanupOnly", "recovery"} for p in payloads)
+    assert sorted((p["cleanupOnly"], p.get("recovery", False)) for p in payloads) == [(False, True), (True, False)]
+    for task in (recovering, cleanup):
+        node.server.call(_cancel(task))
+
+
+async def _cancel(task: Any) -> None:
+    task.cancel()
+
+
+def test_recovery_is_said_only_to_a_runner_offering_drain_v1(node: Node) -> None:
+    machine = node.machine()
+    assert_machine_ok(machine.poll(features="team-tools-v1"))
+    held = node.held_poll(machine)
+    assert drain_api(node).status_code == 200
+    assert "drain" not in assert_machine_ok(held.result(10)), "no drain-v1 offered: nothing said"
+    assert node.summary()["draining"] is True
+    task = spawn(node.server, node.server.hub.channels.open_gateway(node.id, AccountRef("root", "default", 1),
+                                                                     recovery=True))  # fmt: skip
+    wait_until(lambda: len(pending_wire(node.server, node.id)) == 1, what="the recovery open queued while draining")
+    assert set(pending_wire(node.server, node.id)[0]["payload"]) == {"connectionId", "cleanupOnly"}
+    node.server.call(_cancel(task))
+
+
+def test_a_runner_saying_it_drains_marks_its_state_and_a_new_state_is_not_draining(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "POLL_HOLD_S", 1)  # a draining runner's polls are held as any other's
+    machine = node.machine()
+    assert_machine_ok(machine.poll(features="drain-v1"))
+    answer = assert_machine_ok(machine.poll(headers={"X-Runner-Draining": "1"}))
+    assert answer["drain"] is True
+    assert node.summary()["draining"] is True
+    assert assert_machine_ok(machine.poll())["drain"] is True, "every poll answer of the state says it"
+    assert node.server.hub.runners.accepts_work(node.id) is False
+    # the runner restarted: a new instance's state takes work again (there is no undrain)
+    restarted = node.machine()
+    assert_machine_ok(restarted.poll(features="drain-v1"))
+    assert_machine_ok(restarted.poll(features="drain-v1"))
+    assert (node.summary()["draining"], node.summary()["drainingSince"]) == (False, None)
+    assert "drain" not in assert_machine_ok(restarted.poll(features="drain-v1"))
+
+
+def test_draining_an_offline_or_unknown_runner(node: Node) -> None:
+    offline = drain_api(node)
+    assert offline.status_code == 503 and offline.json()["code"] == "runner_offline", offline.text
+    unknown = drain_api(node, UNKNOWN_RUNNER)
+    assert unknown.status_code == 404 and unknown.json()["code"] == "not_found", unknown.text
+    other = admin_of(node.server, "eve", tenant="other")
+    try:
+        assert_machine_ok(node.machine().poll(features="drain-v1"))
+        response = other.post(f"/api/admin/runners/{node.id}/drain")
+        assert response.status_code == 404 and response.json()["code"] == "not_found", "another tenant's runner"
+        assert node.summary()["draining"] is False
+    finally:
+        other.close()
+
+
+def test_the_command_line_drains_the_runner_at_its_next_request(
+    node: Node, backend_database: BackendDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+    import sys
+
+    if not backend_database.url:  # SQLite: the request waits for the runner's next request
+        monkeypatch.setattr(limits, "POLL_HOLD_S", 2)
+    machine = node.machine()
+    assert_machine_ok(machine.poll(features="drain-v1"))
+    held = node.held_poll(machine)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TALARIA_")}
+    if backend_database.url:
+        env["TALARIA_DATABASE_URL"] = backend_database.url
+    command = [sys.executable, "-m", "talaria", "admin", "runners", "drain", node.id,
+               "--data-dir", str(node.server.data_dir)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    if backend_database.url:  # the state row drains at once and the holding replica is woken
+        assert done.stdout.strip().startswith(f"runner {node.id} is draining")
+        assert assert_machine_ok(held.result(10))["drain"] is True
+    else:  # recorded on the runner row, applied at the runner's next request
+        assert done.stdout.strip() == (
+            f"drain requested for runner {node.id}; the hub applies it at the runner's next request"
+        )
+        assert "drain" not in assert_machine_ok(held.result(20)), "the held poll knew nothing yet"
+        assert assert_machine_ok(machine.poll())["drain"] is True
+    assert node.summary()["draining"] is True
+    unknown = subprocess.run([*command[:6], UNKNOWN_RUNNER, *command[7:]], capture_output=True, text=True, env=env,
+                             timeout=60, check=False)  # fmt: skip
+    assert unknown.returncode == 1
+    assert f"no enabled runner {UNKNOWN_RUNNER}" in unknown.stderr
+
+
+def test_a_command_line_drain_request_older_than_the_state_is_dropped(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "POLL_HOLD_S", 1)
+    node.server.hub.registry.request_drain(node.id, "default", node.clock.now_ms())
+    node.clock.advance(1)
+    machine = node.machine()
+    assert_machine_ok(machine.poll(features="drain-v1"))  # a state newer than the request
+    assert "drain" not in assert_machine_ok(machine.poll())
+    assert node.summary()["draining"] is False
+    record = node.server.hub.registry.get(node.id)
+    assert record is not None and record.drain_requested_at is None, "dropped"
+
+
+def test_a_held_poll_woken_more_than_a_second_later_delivers(node: Node) -> None:
+    # On PostgreSQL the woken poll writes the state's seen time again (at most once a second): that write once lacked
+    # a parameter and failed the poll.
+    machine = node.machine()
+    assert_machine_ok(machine.poll(features="drain-v1"))
+    held = node.held_poll(machine)
+    node.clock.advance(2)
+    task = send(node.server, node.id, OFF_LIST)
+    polled = assert_machine_ok(held.result(10))
+    assert [wire["kind"] for wire in polled["commands"]] == ["http"]
+    node.server.call(_cancel(task))

@@ -59,8 +59,8 @@ def test_the_document_covers_the_web_api_and_the_operations_routes_only(document
     assert {p for p in paths if not p.startswith("/api/")} == {"/healthz", "/readyz", "/metrics"}
     assert not any(p.startswith(("/api/runner/", "/internal/")) for p in paths)
     # 29, five bot and four conversation routes, the live stream, messages, four turn and two attachment routes,
-    # and team tools' two team and four goal routes (team-tools.md 11)
-    assert len(operations(document)) == 52
+    # team tools' two team and four goal routes (team-tools.md 11), and a runner's drain (operations.md 3.1)
+    assert len(operations(document)) == 53
     assert {"/api/teams", "/api/teams/{team_id}", "/api/goals", "/api/goals/{goal_id}", "/api/goals/{goal_id}/criteria",
             "/api/goals/{goal_id}/stop"} <= paths  # fmt: skip
 
@@ -114,6 +114,9 @@ def test_the_checks_of_a_route_appear_as_its_error_answers(document: dict[str, A
         ("/api/admin/runners", 409, "runner_source_in_use"),
         ("/api/sources/{source}/profiles", 503, "runner_offline"),
         ("/api/admin/runners/{runner_id}/test-turn", 503, "runner_offline"),
+        ("/api/admin/runners/{runner_id}/test-turn", 503, "runner_draining"),
+        ("/api/admin/runners/{runner_id}/drain", 503, "runner_offline"),
+        ("/api/admin/runners/{runner_id}/drain", 404, "not_found"),
     ],
 )
 def test_state_conflicts_throttles_and_runner_outcomes_are_listed(

@@ -361,6 +361,8 @@ SPEC_STATUS = {
     "runner_grant_expired": 410,
     "runner_payload_limit": 413,
     "runner_call_limit": 429,
+    # operations.md 8
+    "runner_draining": 503,
 }  # fmt: skip
 
 

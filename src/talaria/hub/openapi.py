@@ -62,6 +62,7 @@ _WEB_STATUS: Final = {"runner_connection_closed": 409}
 # What a route relaying a runner command's outcome can answer (runner-protocol.md 14, "Where codes surface").
 RUNNER_OUTCOMES: Final = (
     "runner_offline",
+    "runner_draining",
     "runner_command_uncertain",
     "runner_busy",
     "runner_payload_limit",

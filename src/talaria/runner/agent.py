@@ -5,8 +5,14 @@ local disconnect while it is within ``failover_window_s`` (20 s) of sending the 
 is sent again after 0.25 s doubling to 2 s (full jitter); an answer with the same epoch means nothing happened. A
 new epoch, a 403 or 409, or the window passing without success disconnects locally as protocol v1 says.
 
+A drain (SIGQUIT, or ``drain: true`` in a poll answer; operations.md 3.3) keeps polling and running what is open,
+answers new work (a ``gateway.open`` neither cleanup-only nor ``recovery``, ``grant.create``, ``prompt.submit``)
+with ``runner_draining`` before ``admit``, and stops once nothing executes and no channel or grant is open, or when
+``drain_timeout_s`` passes (0: never), as a stop on request (exit 0).
+
 Status lines on stderr: ``runner connected`` when a new epoch is adopted, ``runner disconnected:
-<reason>`` on a local disconnect caused by an error, ``runner: <code>: <advice>`` before a stop for good
+<reason>`` on a local disconnect caused by an error, ``runner draining``, ``runner drained`` and ``runner drain timed
+out: <n> channels open``, ``runner: <code>: <advice>`` before a stop for good
 (a terminal refusal, exit status 3, operations.md 2.3; ``receipts_failed``, a receipt the file refused, exit status
 4, ADR 0019). Never the token or a Hermes credential.
 """
@@ -38,6 +44,9 @@ from talaria.timeouts import within
 
 GRACE_S = 10.0
 GOODBYE_S = 2.0
+DRAIN_TIMEOUT_S = 900.0  # --drain-timeout's default
+DRAIN_CHECK_S = 0.1  # how often a drain looks whether the runner is drained
+DRAINING = CommandError("runner_draining", "the execution node is draining; it takes no new work")
 MAX_BACKOFF_S = 30.0
 RIDDEN_OUT = frozenset({0, 502, 503, 504})  # poll failures failover-v1 rides out: transport, a proxy, a stopping hub
 EXIT_TERMINAL = 3  # the hub refused this runner for good (TERMINAL_ADVICE): a service manager must not restart it
@@ -63,6 +72,7 @@ class Agent:
         compact_interval_s: float = limits.RECEIPT_COMPACT_INTERVAL_S,
         failover_window_s: float = RETRY_WINDOW_S,
         monotonic: Callable[[], float] = time.monotonic,
+        drain_timeout_s: float = DRAIN_TIMEOUT_S,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -78,7 +88,12 @@ class Agent:
         self.server_epoch: str | None = None
         self.connected = False
         self.disconnects = 0
-        self.features = ["team-tools-v1", "failover-v1"] + (["export-v1"] if config.artifact_roots else [])
+        self.features = ["team-tools-v1", "failover-v1", "drain-v1"] + (["export-v1"] if config.artifact_roots else [])
+        self.drain_timeout_s = drain_timeout_s
+        self.draining = False
+        self.drained = False  # the drain ended with nothing open (not by its timeout)
+        self._drain: asyncio.Task[None] | None = None
+        self._repoll = False  # the poll was cancelled to send X-Runner-Draining at once
         self.gateways = Gateways(
             hub=self.hub,
             receipts=receipts,
@@ -116,6 +131,7 @@ class Agent:
             epoch_is_current=lambda epoch: self.connected and epoch == self.server_epoch,
             on_hub_error=self._hub_error,
             on_receipts_failure=self._receipts_failed,
+            refuse=self._new_work_while_draining,
         )
         self.compactor = Compactor(receipts, interval_s=compact_interval_s, on_failure=self._receipts_failed)
         self.connected_event = asyncio.Event()
@@ -140,13 +156,16 @@ class Agent:
                 counter = self.disconnects
                 sent = self._monotonic()
                 self._poll = asyncio.get_running_loop().create_task(
-                    self.hub.poll(reset=not self.connected, features=self.features)
+                    self.hub.poll(reset=not self.connected, features=self.features, draining=self.draining)
                 )
                 try:
                     answer = await self._poll
                 except asyncio.CancelledError:
                     if self._stop.is_set():
                         break
+                    if self._repoll:  # a drain began: poll again at once, saying so
+                        self._repoll = False
+                        continue
                     raise
                 except HubError as exc:
                     if exc.terminal:
@@ -172,10 +191,14 @@ class Agent:
                     self.server_epoch, self.connected = answer["epoch"], True
                     self.connected_event.set()
                     self.say("runner connected")
+                if answer.get("drain") is True:
+                    self.request_drain()
                 for command in answer["commands"]:
                     self._submit(command, answer["epoch"])
         finally:
             await self._shutdown()
+        if self.drained:
+            self.say("runner drained")
         return self.exit_code
 
     def _rides_out(self, exc: HubError, last_ok_sent: float | None) -> bool:
@@ -206,6 +229,40 @@ class Agent:
         with contextlib.suppress(TimeoutError):
             await within(self._stop.wait(), seconds)
 
+    def request_drain(self) -> None:
+        """SIGQUIT or the hub's ``drain: true``: take no new work, stop once drained. Again, or while stopping:
+        nothing."""
+        if self.draining or self._stop.is_set():
+            return
+        self.draining = True
+        self.say("runner draining")
+        self._drain = asyncio.get_running_loop().create_task(self._until_drained())
+        if self._poll is not None and self._poll.cancel():  # end the held poll: the next one says it drains
+            self._repoll = True
+
+    async def _until_drained(self) -> None:
+        deadline = self._monotonic() + self.drain_timeout_s if self.drain_timeout_s > 0 else None
+        while not self._stop.is_set():
+            if not self.executor.running and not self.gateways.channels and not self.grants.open_ids():
+                self.drained = True
+                self.request_stop()
+                return
+            if deadline is not None and self._monotonic() >= deadline:
+                self.say(f"runner drain timed out: {len(self.gateways.channels)} channels open")
+                self.request_stop()
+                return
+            await self._pause(DRAIN_CHECK_S)
+
+    def _new_work_while_draining(self, command: dict[str, Any]) -> CommandError | None:
+        """Operations.md 3.3: while draining, new work is answered ``runner_draining`` before ``admit``."""
+        if not self.draining:
+            return None
+        kind, payload = command.get("kind"), command.get("payload")
+        fields = payload if isinstance(payload, dict) else {}
+        opens = kind == "gateway.open" and not fields.get("cleanupOnly") and not fields.get("recovery")
+        submits = kind == "gateway.rpc" and fields.get("method") == "prompt.submit"
+        return DRAINING if opens or submits or kind == "grant.create" else None
+
     def request_stop(self) -> None:
         """First call: graceful stop. A second call during the grace period: stop at once."""
         if self._stop.is_set():
@@ -229,6 +286,8 @@ class Agent:
             self.request_stop()
 
     async def _shutdown(self) -> None:
+        if self._drain is not None and not self._drain.done():
+            self._drain.cancel()
         await self.compactor.stop()
         if not self._stop_now:
             await self.executor.drain(GRACE_S)

@@ -13,10 +13,32 @@ from pathlib import Path
 from talaria.release import version_line
 
 
+def seconds(text: str) -> float:
+    """A whole number of seconds, 0 or more (argparse type)."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds")
+    return float(text)
+
+
+def add_runner_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a running runner (operations.md 1.2), also taken by install-service for the unit."""
+    drain = "a drain (SIGQUIT) stops what still runs after S seconds (default 900; 0: never)"
+    parser.add_argument("--drain-timeout", type=seconds, default=None, metavar="S", help=drain)
+
+
+def runner_options(args: argparse.Namespace) -> tuple[str, ...]:
+    """The runner options given, as command-line words (for a unit's ExecStart)."""
+    words: list[str] = []
+    if args.drain_timeout is not None:
+        words += ["--drain-timeout", str(int(args.drain_timeout))]
+    return tuple(words)
+
+
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="Run a Talaria execution node (the runner daemon).")
     parser.add_argument("--version", action="version", version=version_line())
     parser.add_argument("--config", type=Path, default=None, help="runner.json (mode 600)")
+    add_runner_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="install-service")
     install = sub.add_parser("install-service", help="write a systemd unit that runs this runner")
     install.add_argument("--config", type=Path, required=True, help="runner.json (mode 600)")
@@ -28,6 +50,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     install.add_argument("--print", dest="print_only", action="store_true", help="print the unit; touch nothing")
     install.add_argument("--name", default=None, help="unit name (default talaria-runner-<runner id prefix>)")
     install.add_argument("--force", action="store_true", help="replace a different existing unit")
+    add_runner_options(install)
     return parser
 
 
@@ -48,10 +71,15 @@ def main(argv: Sequence[str], prog: str = "talaria runner", launcher: Sequence[s
         from talaria.runner.install_service import Request, install_service
 
         words = tuple(launcher) if launcher is not None else default_launcher()
-        return install_service(Request(args.config, args.system, args.print_only, args.name, args.force, words))
+        options = runner_options(args)
+        return install_service(
+            Request(args.config, args.system, args.print_only, args.name, args.force, words, options)
+        )
     if args.config is None:
         print(f"{prog}: --config PATH is required (runner.json, mode 600)", file=sys.stderr)
         return 2
+    from talaria.runner.agent import DRAIN_TIMEOUT_S
     from talaria.runner.main import run_runner
 
-    return run_runner(args.config)
+    drain = DRAIN_TIMEOUT_S if args.drain_timeout is None else args.drain_timeout
+    return run_runner(args.config, drain_timeout_s=drain)

@@ -52,10 +52,12 @@ class Executor:
         epoch_is_current: Callable[[str], bool],
         on_hub_error: Callable[[HubError], Awaitable[None]],
         on_receipts_failure: Callable[[rc.ReceiptsError], None] | None = None,
+        refuse: Callable[[dict[str, Any]], CommandError | None] | None = None,
     ) -> None:
-        """``on_receipts_failure`` is called (on the loop, possibly more than once) for every receipt write the
-        file refuses; the daemon's ``Agent`` stops the runner there. Without one (an embedding test) the failure
-        is logged as an error."""
+        """``refuse`` may answer a command with an error before ``admit`` (never run: a draining runner's new
+        work, operations.md 3.3). ``on_receipts_failure`` is called (on the loop, possibly more than once) for
+        every receipt write the file refuses; the daemon's ``Agent`` stops the runner there. Without one (an
+        embedding test) the failure is logged as an error."""
         self.hub = hub
         self.receipts = receipts
         self.clock = clock
@@ -63,6 +65,7 @@ class Executor:
         self.epoch_is_current = epoch_is_current
         self.on_hub_error = on_hub_error
         self.on_receipts_failure = on_receipts_failure or _log_receipts_failure
+        self.refuse = refuse or (lambda command: None)
         self.running: dict[str, asyncio.Task[None]] = {}
         self.writes = ReceiptWrites()
 
@@ -146,6 +149,9 @@ class Executor:
         return stored
 
     async def _execute(self, command: dict[str, Any], epoch: str) -> dict[str, Any]:
+        refusal = self.refuse(command)
+        if refusal is not None:
+            return refusal.reply()
         try:
             await self._admit(command, epoch)
             handler = self.handlers.get(command.get("kind", ""))

@@ -101,10 +101,11 @@ class Gateways:
     # --- gateway.open (7.2, 10.1) -------------------------------------------------------------------------------
 
     async def open(self, payload: dict[str, Any], *, epoch: str, counter: int) -> dict[str, bool]:
-        if not set(payload) <= {"connectionId", "cleanupOnly"} or not isinstance(payload.get("connectionId"), str):
+        keys = {"connectionId", "cleanupOnly", "recovery"}  # recovery: drain-v1 (operations.md 3.2)
+        if not set(payload) <= keys or not isinstance(payload.get("connectionId"), str):
             raise forbidden("malformed gateway.open payload")
         cleanup_only = payload.get("cleanupOnly", False)
-        if not isinstance(cleanup_only, bool):
+        if not isinstance(cleanup_only, bool) or not isinstance(payload.get("recovery", False), bool):
             raise forbidden("malformed gateway.open payload")
         connection_id: str = payload["connectionId"]
         if not UUID.match(connection_id) or connection_id in self.channels or connection_id in self.tombstones:

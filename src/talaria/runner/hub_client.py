@@ -210,10 +210,13 @@ class HubClient:
             raise HubError(status, str(code or f"http_{status}"), str(message or f"HTTP {status}"))
         return data, reply.headers
 
-    async def poll(self, *, reset: bool, features: list[str]) -> dict[str, Any]:
+    async def poll(self, *, reset: bool, features: list[str], draining: bool = False) -> dict[str, Any]:
+        """``draining``: ``X-Runner-Draining: 1``, so the hub marks the state at once (operations.md 3.1)."""
         headers = self._headers(None) | {"X-Runner-Features": ",".join(features)}
         if reset:
             headers["X-Runner-Reset"] = "1"
+        if draining:
+            headers["X-Runner-Draining"] = "1"
         timeout = POLL_READ_TIMEOUT_S if self.failover else None
         data, answered = await self._send("GET", "poll", headers, timeout=timeout)
         echoed = answered.get("x-hub-features", "")

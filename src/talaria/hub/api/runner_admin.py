@@ -1,4 +1,4 @@
-"""Admin routes for execution nodes (runner-protocol.md 2): list, register, disable.
+"""Admin routes for execution nodes (runner-protocol.md 2): list, register, disable, drain (operations.md 3).
 
 The token appears only in the 201 answer (and its ``config``, the runner.json the browser offers as a
 download); lists never hold it or its hash.
@@ -98,6 +98,19 @@ async def disable_runner(runner_id: RunnerId, admin: AdminDep, hub: HubDep) -> R
     return _no_store({"ok": True})
 
 
+@router.post("/{runner_id}/drain", openapi_extra=refusals("not_found", "runner_offline"))
+async def drain_runner(runner_id: RunnerId, admin: AdminDep, hub: HubDep) -> Response:
+    """Drain the node's runner (operations.md 3): it takes no new work, finishes what runs and stops. Repeating it
+    changes nothing; a runner started again afterwards is not draining."""
+    _known(runner_id)
+    record = await run_in_threadpool(hub.registry.get, runner_id)
+    if record is None or record.tenant != admin.account.tenant:
+        raise TalariaError("not_found", "no such runner")
+    if not await hub.runners.drain(runner_id):
+        raise TalariaError("runner_offline", "the execution node is not connected")
+    return _no_store({"ok": True})
+
+
 @router.get("/{runner_id}/hermes", openapi_extra=refusals("not_found", *RUNNER_OUTCOMES))
 async def runner_hermes(runner_id: RunnerId, admin: AdminDep, hub: HubDep, profile: str = "default") -> Response:
     """The node's Hermes version and team-tool readiness, asked through the runner as this admin."""
@@ -153,7 +166,9 @@ def _sse(event: str, data: Any) -> bytes:
 
 @router.post(
     "/{runner_id}/test-turn",
-    openapi_extra=refusals("not_found", "profile_not_allowed", "runner_offline", body=TEST_TURN_BODY, answers=_STREAM),
+    openapi_extra=refusals(
+        "not_found", "profile_not_allowed", "runner_offline", "runner_draining", body=TEST_TURN_BODY, answers=_STREAM
+    ),
 )
 async def runner_test_turn(runner_id: RunnerId, request: Request, admin: AdminDep, hub: HubDep) -> Response:
     """One diagnostic Hermes turn on the node as this admin, streamed as server-sent events: ``event``
@@ -169,6 +184,8 @@ async def runner_test_turn(runner_id: RunnerId, request: Request, admin: AdminDe
         raise TalariaError("profile_not_allowed", f"you may not use profile {profile} on this node")
     if not hub.runners.is_connected(runner_id):
         raise TalariaError("runner_offline", "the execution node is not connected")
+    if not hub.runners.accepts_work(runner_id):
+        raise TalariaError("runner_draining", "the execution node is draining; it takes no new work")
     account = AccountRef(admin.account.username, admin.account.tenant, admin.account.auth_version)
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
     driver = TurnDriver(hub.channels, hub.registry, hub.clock)

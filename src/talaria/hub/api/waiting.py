@@ -25,6 +25,8 @@ def waiting_reason(hub: Hub, job: Job) -> str | None:
         return f"execution node {record.name!r} for cell {cell} does not allow profile {profile}"
     if not hub.runners.is_connected(record.id):
         return f"waiting for execution node {record.name!r} (cell {cell}) to connect{workers}"
+    if not hub.runners.accepts_work(record.id):
+        return f"node {record.name} is draining"
     if not hub.settings.dispatcher_enabled:
         return f"the hub's dispatcher is off; waiting for a Runtime API worker (cell {cell})"
     if hub.dispatcher.holds.is_held(record.id):

@@ -224,13 +224,23 @@ class Dispatcher:
         return out
 
     def _next_job(self, record: RunnerRecord) -> Discovered | None:
+        """The next job for the runner; while it drains only a job to recover there (its turn recorded on that
+        runner, operations.md 3.2), never new work."""
         actor = self.actor(record.tenant)
+        draining = not self.runners.accepts_work(record.id)
         for profile in record.allowed_profiles:
             found = self.engine.discover(actor, tenant=record.tenant, cell=record.source, profile=profile, limit=100)
             for job in found.jobs:
-                if job.binding.job not in self.running:
-                    return job
+                if job.binding.job in self.running:
+                    continue
+                if draining and not self._to_recover_on(record.id, job.binding.job):
+                    continue
+                return job
         return None
+
+    def _to_recover_on(self, runner_id: str, job_id: str) -> bool:
+        turn = self.turns.get(job_id)
+        return turn is not None and turn.runner_id == runner_id
 
     def _launch(self, record: RunnerRecord, job: Discovered, slot: int) -> None:
         job_id = job.binding.job

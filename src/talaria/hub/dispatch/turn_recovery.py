@@ -165,7 +165,7 @@ async def recover(
         finally:
             with contextlib.suppress(TalariaError):
                 await channels.close_gateway(adopted)
-    gateway = await channels.open_gateway(turn.runner_id, account)
+    gateway = await channels.open_gateway(turn.runner_id, account, recovery=True)  # passes a drain (operations 3.2)
     try:
         params: dict[str, Any] = {"session_id": turn.stored_session_id}
         if turn.profile != "default":

@@ -14,7 +14,7 @@ from talaria.canonical import canonical_json, sha256_hex
 from talaria.errors import TalariaError
 from talaria.hub.runners import limits
 from talaria.hub.runners.connection_state import AccountRef, ChannelRow, ConnState, Gateway, Grant, ToolExecutor
-from talaria.hub.runners.transport import RunnerTransport, connection_gone, gateway_closed
+from talaria.hub.runners.transport import RunnerTransport, connection_gone, draining, gateway_closed
 
 CREATES_SESSION = frozenset({"session.create", "session.resume"})
 CLEANUP_METHODS = frozenset({"session.resume", "session.interrupt", "session.close", "session.active_list"})
@@ -35,6 +35,13 @@ class Channels:
             raise TalariaError("runner_offline", "the execution node is not connected")
         return state
 
+    def _taking_work(self, runner_id: str) -> ConnState:
+        """The state, for new work: refused while it drains (operations.md 3.2)."""
+        state = self._state(runner_id)
+        if state.draining_since is not None:
+            raise draining()
+        return state
+
     # --- read-only http (7.1, 11) ---------------------------------------------------------------------------
 
     async def http(
@@ -49,17 +56,23 @@ class Channels:
     # --- gateway channels (7.2-7.4, 10) ---------------------------------------------------------------------
 
     async def open_gateway(
-        self, runner_id: str, account: AccountRef, *, cleanup_only: bool = False, bound_stored_id: str | None = None
-    ) -> Gateway:
-        state = self._state(runner_id)
+        self, runner_id: str, account: AccountRef, *, cleanup_only: bool = False, bound_stored_id: str | None = None,
+        recovery: bool = False,
+    ) -> Gateway:  # fmt: skip
+        """``recovery``: the channel re-attaches to or resumes a turn already submitted (operations.md 3.2), so a
+        draining node takes it; it is said to the runner only when the runner offers ``drain-v1``."""
+        state = self._state(runner_id) if cleanup_only or recovery else self._taking_work(runner_id)
         gateway = Gateway(str(uuid.uuid4()), runner_id, account, cleanup_only, bound_stored_id)
         await self.runners.add_channel(state, gateway)
         valid = self.runners.validity.runner_enabled(runner_id) if cleanup_only else None
+        payload: dict[str, Any] = {"connectionId": gateway.id, "cleanupOnly": cleanup_only}
+        if recovery and "drain-v1" in state.features:
+            payload["recovery"] = True
         try:
             await self.runners.send(
                 runner_id,
                 "gateway.open",
-                {"connectionId": gateway.id, "cleanupOnly": cleanup_only},
+                payload,
                 account=account,
                 profile=None,
                 connection_id=gateway.id,
@@ -78,6 +91,8 @@ class Channels:
             raise TalariaError("runner_cleanup_forbidden", "a cleanup channel resumes only its own stored session")
         if len(canonical_json(params)) > limits.MAX_RPC_PARAMS_BYTES:
             raise TalariaError("runner_payload_limit", "the parameters are larger than 15 MiB")
+        if method == "prompt.submit":
+            self._taking_work(gateway.runner_id)
         if method in CREATES_SESSION:
             profile: str | None = params.get("profile") or "default"
         else:
@@ -129,7 +144,7 @@ class Channels:
         turn_active: Any,
         tools: dict[str, Any] | None = None,
     ) -> Grant:
-        state = self._state(runner_id)
+        state = self._taking_work(runner_id)
         if "team-tools-v1" not in state.features:
             raise TalariaError("runner_feature_required", "this execution node does not offer team-tools-v1")
         grant = Grant(str(uuid.uuid4()), runner_id, account, profile, work_id, executor, turn_active)

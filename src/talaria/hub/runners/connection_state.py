@@ -134,6 +134,7 @@ class ConnState:
     seen: int
     features: frozenset[str] = frozenset()
     version: str | None = None  # the runner's release, from the User-Agent of its polls (operations.md 1.2)
+    draining_since: int | None = None  # a drain of this state began (operations.md 3): no new work
     queue: dict[str, Command] = field(default_factory=dict)
     pending_bytes: int = 0
     waiter: asyncio.Future[str] | None = None

@@ -54,6 +54,7 @@ class RunnerHub:
         self.states: dict[str, ConnState] = {}
         self.retired: dict[str, set[str]] = {}
         self.last_seen: dict[str, int] = {}
+        self.on_draining: list[Callable[[str], None]] = []
         self.shutting_down = False
         self._observe = observe or (lambda outcome, seconds: None)
         self._watchdog: asyncio.Task[None] | None = None
@@ -62,7 +63,7 @@ class RunnerHub:
 
     async def enter(
         self, runner_id: str, instance: str, *, poll: bool, reset: bool, epoch: str | None, features: str | None,
-        version: str | None = None,
+        version: str | None = None, draining: bool = False,
     ) -> tuple[ConnState, bool]:  # fmt: skip
         """Apply gates 3-8 for one request; returns the state and whether this request created it."""
         state = self.states.get(runner_id)
@@ -93,11 +94,39 @@ class RunnerHub:
         if features is not None:
             state.features = limits.accepted_features(features)
             state.version = version
+        if draining and state.draining_since is None:
+            self._start_drain(state)
         return state, created
+
+    async def drain(self, runner_id: str) -> bool:
+        state = self.states.get(runner_id)
+        if state is None:
+            return False
+        if state.draining_since is None:
+            self._start_drain(state)
+        return True
+
+    def _start_drain(self, state: ConnState) -> None:
+        state.draining_since = self.clock.now_ms()
+        log.info("runner_draining", runner_id=state.runner_id)
+        if state.waiter is not None and not state.waiter.done():
+            state.waiter.set_result("drain")
+        for hook in self.on_draining:
+            hook(state.runner_id)
+
+    def accepts_work(self, runner_id: str) -> bool:
+        state = self.states.get(runner_id)
+        return state is not None and state.draining_since is None
 
     # --- poll (6.2) ------------------------------------------------------------------------------------------
 
     async def poll(self, state: ConnState, created: bool) -> dict[str, Any]:
+        answer = await self._poll(state, created)
+        if state.draining_since is not None and "drain-v1" in state.features:
+            answer["drain"] = True
+        return answer
+
+    async def _poll(self, state: ConnState, created: bool) -> dict[str, Any]:
         if created:
             return {"epoch": state.epoch, "commands": []}
         if state.waiter is not None and not state.waiter.done():
@@ -412,6 +441,8 @@ class RunnerHub:
             "connectedAt": state.created if state else None,
             "features": sorted(state.features) if state else [],
             "runnerVersion": state.version if state else None,
+            "draining": state is not None and state.draining_since is not None,
+            "drainingSince": state.draining_since if state else None,
         }
 
     def pending_count(self) -> int:

@@ -9,6 +9,7 @@ token does.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -27,7 +28,7 @@ from talaria.hub.middleware import answer_and_close, declared_length, drain
 from talaria.hub.runners import limits
 from talaria.hub.runners.channels import Channels
 from talaria.hub.runners.connection_state import ConnState, EncodedResult
-from talaria.hub.runners.registry import RunnerRegistry
+from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
 from talaria.hub.runners.transport import RunnerTransport
 
 
@@ -220,7 +221,7 @@ def runner_version_of(user_agent: str | None) -> str | None:
     return match.group(1) if match else None
 
 
-async def _gate_record(hub: Hub, runner_id: str, headers: dict[str, str]) -> None:
+async def _gate_record(hub: Hub, runner_id: str, headers: dict[str, str]) -> RunnerRecord:
     """Gate 1: no Origin, an enabled record, the matching bearer (compared as SHA-256, constant time)."""
     record = hub.registry.get(runner_id)
     auth = headers.get("authorization", "")
@@ -229,13 +230,24 @@ async def _gate_record(hub: Hub, runner_id: str, headers: dict[str, str]) -> Non
         await hub.runners.disconnect(runner_id, "disabled")
     if "origin" in headers or record is None or not record.enabled or not token or not record.token_matches(token):
         raise TalariaError("runner_unauthorized", "the runner was disabled or its token is invalid; register it again")
+    return record
+
+
+async def _drain_request(hub: Hub, record: RunnerRecord, state: ConnState) -> None:
+    """The command line's drain request (operations.md 3.1): applied to a state older than the request, dropped
+    for a newer one (the runner restarted since)."""
+    requested = record.drain_requested_at
+    assert requested is not None
+    if state.created <= requested:
+        await hub.runners.drain(record.id)
+    await asyncio.to_thread(hub.registry.clear_drain_request, record.id, requested)
 
 
 async def _handle(hub: Hub, headers: dict[str, str], receive: Receive, runner_id: str, op: str) -> Any:
     """The answer's value for one request (route and method already matched); refusals raise ``TalariaError``."""
     # The record read is a primary-key lookup done on the loop; the transport does its own store work (in memory
     # on the loop for SQLite, on worker threads for PostgreSQL).
-    await _gate_record(hub, runner_id, headers)
+    record = await _gate_record(hub, runner_id, headers)
     instance = headers.get("x-runner-instance", "")
     if not UUID.match(instance) or headers.get("x-runner-protocol") != "1":
         raise TalariaError("runner_protocol_mismatch", "this hub speaks runner protocol 1")
@@ -247,7 +259,10 @@ async def _handle(hub: Hub, headers: dict[str, str], receive: Receive, runner_id
         epoch=headers.get("x-runner-epoch"),
         features=headers.get("x-runner-features"),
         version=runner_version_of(headers.get("user-agent")),
+        draining=headers.get("x-runner-draining") == "1",
     )
+    if record.drain_requested_at is not None:
+        await _drain_request(hub, record, state)
     if op == "poll":
         echo = ",".join(sorted(limits.accepted_features(headers.get("x-runner-features"))))
         return Polled(await hub.runners.poll(state, created), echo)

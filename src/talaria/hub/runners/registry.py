@@ -89,6 +89,7 @@ class RunnerRecord:
     hermes_url: str
     artifact_roots: tuple[str, ...]
     allow_insecure_lan: bool
+    drain_requested_at: int | None = None  # `talaria admin runners drain` on SQLite (operations.md 3.1)
 
     @classmethod
     def from_row(cls, row: Row) -> RunnerRecord:
@@ -105,6 +106,7 @@ class RunnerRecord:
             hermes_url=row["hermes_url"],
             artifact_roots=tuple(json.loads(row["artifact_roots"])),
             allow_insecure_lan=bool(row["allow_insecure_lan"]),
+            drain_requested_at=row.get("drain_requested_at"),
         )
 
     def token_matches(self, token: str) -> bool:
@@ -235,6 +237,17 @@ class RunnerRegistry:
         with self.store.read() as tx:
             row = tx.one("runner_get", id=runner_id)
         return RunnerRecord.from_row(row) if row else None
+
+    def request_drain(self, runner_id: str, tenant: str, now: int) -> bool:
+        """Record a drain request for the hub to apply at the runner's next request (the command line on SQLite,
+        which cannot reach the hub's memory; operations.md 3.1). False: no enabled runner of that id."""
+        with self.store.write() as tx:
+            return tx.run("runner_drain_request", id=runner_id, tenant=tenant, now=now) == 1
+
+    def clear_drain_request(self, runner_id: str, requested_at: int) -> None:
+        """The request was applied or dropped (a newer request stays)."""
+        with self.store.write() as tx:
+            tx.run("runner_drain_request_clear", id=runner_id, requested_at=requested_at)
 
     def all(self, tenant: str) -> list[RunnerRecord]:
         with self.store.read() as tx:

@@ -162,6 +162,7 @@ class _Taken:
     status: str  # ok, stale (a newer poll), gone (no state of this epoch)
     commands: list[dict[str, Any]] = field(default_factory=list)
     next_due: int | None = None
+    draining: bool = False
 
 
 class SharedRunnerHub:
@@ -191,23 +192,27 @@ class SharedRunnerHub:
         self._pulling: set[str] = set()  # gateways whose frames are being read here
         self._pull_again: set[str] = set()  # ... and whose frames moved on meanwhile
         self._tool_waiters: dict[str, set[asyncio.Event]] = {}  # "<grant>/<call>": woken when that call moves
+        self.on_draining: list[Callable[[str], None]] = []
 
     # --- gates 3-8 (runner-protocol.md 4, scale.md 3.3) --------------------------------------------------------
 
     async def enter(
         self, runner_id: str, instance: str, *, poll: bool, reset: bool, epoch: str | None, features: str | None,
-        version: str | None = None,
+        version: str | None = None, draining: bool = False,
     ) -> tuple[ConnState, bool]:  # fmt: skip
         if poll and self.shutting_down:
             raise TalariaError("hub_shutting_down", "this hub replica is shutting down; retry")
         token = uuid.uuid4().hex if poll else None
         if features is not None:
             features = ",".join(sorted(limits.accepted_features(features)))
+        version = None if features is None else version
         ended, row, created, held_by = await run_in_threadpool(
-            self._enter, runner_id, instance, poll, reset, epoch, features, None if features is None else version, token
+            self._enter, runner_id, instance, poll, reset, epoch, features, version, token, draining
         )
         for end in ended:
             self._after_end(end)
+        if row.get("drain_started"):
+            self._drain_started(runner_id)
         if created:
             log.info("runner_connected", runner=runner_id)
         elif poll and held_by not in (None, self.replica_id):
@@ -216,7 +221,7 @@ class SharedRunnerHub:
 
     def _enter(
         self, runner_id: str, instance: str, poll: bool, reset: bool, epoch: str | None, features: str | None,
-        version: str | None, token: str | None,
+        version: str | None, token: str | None, draining: bool = False,
     ) -> tuple[list[_Ended], Row, bool, str | None]:  # fmt: skip
         now = self.clock.now_ms()
         if not poll and features is None:
@@ -252,6 +257,9 @@ class SharedRunnerHub:
                 if tx.one("runner_conn_insert", **made) is not None:
                     tx.run("runner_conn_seen", runner_id=runner_id, now=now)
                     state = {**made, "created_at": now, "seen_at": now}
+                    if draining:  # a draining runner that reconnected: its new state drains too
+                        tx.run("runner_conn_drain", runner_id=runner_id, epoch=made["epoch"], now=now)
+                        state |= {"draining_since": now, "drain_started": True}
                     return ended, state, True, None
             else:  # pragma: no cover - a row inserted and deleted twice while this transaction waited
                 raise TalariaError("store_unavailable", "the runner's connection state kept changing; retry")
@@ -260,8 +268,13 @@ class SharedRunnerHub:
                    poll_token=token, poll_replica=self.replica_id if poll else None)  # fmt: skip
             if now - int(row["seen_at"]) >= SEEN_EVERY_MS:
                 tx.run("runner_conn_seen", runner_id=runner_id, now=now)
+            starts = draining and row["draining_since"] is None
+            if starts:
+                tx.run("runner_conn_drain", runner_id=runner_id, epoch=row["epoch"], now=now)
         state = dict(row)
         state["seen_at"] = now
+        if starts:
+            state |= {"draining_since": now, "drain_started": True}
         if features is not None:
             state["features"] = features
             state["runner_version"] = version
@@ -283,13 +296,37 @@ class SharedRunnerHub:
             raise refused("runner_epoch_changed")
         return row if now - int(row["seen_at"]) < SEEN_EVERY_MS else None
 
+    async def drain(self, runner_id: str) -> bool:
+        now = self.clock.now_ms()
+
+        def mark() -> Row | None:
+            with self.store.write() as tx:
+                return tx.one("runner_conn_drain_current", runner_id=runner_id, now=now)
+
+        row = await run_in_threadpool(mark)
+        if row is None:
+            return False
+        if int(row["draining_since"]) == now:
+            self._wake_poll(runner_id, row["poll_replica"])
+            self._drain_started(runner_id)
+        return True
+
+    def _drain_started(self, runner_id: str) -> None:
+        log.info("runner_draining", runner_id=runner_id)
+        for hook in self.on_draining:
+            hook(runner_id)
+
+    def accepts_work(self, runner_id: str) -> bool:
+        row = self._row(runner_id)
+        return row is not None and row["draining_since"] is None
+
     def _state(self, row: Row) -> ConnState:
         local = self._channels(row["runner_id"], row["epoch"])
         features = frozenset(name for name in str(row["features"] or "").split(",") if name)
         return ConnState(
             runner_id=row["runner_id"], instance=row["instance"], epoch=row["epoch"], created=int(row["created_at"]),
             seen=int(row["seen_at"]), features=features, version=row.get("runner_version"), gateways=local.gateways,
-            grants=local.grants,
+            grants=local.grants, draining_since=row.get("draining_since"),
             poll_token=row.get("poll_token"),
         )  # fmt: skip
 
@@ -304,7 +341,14 @@ class SharedRunnerHub:
     # --- poll (6.2, 3.3, 3.4) ----------------------------------------------------------------------------------
 
     async def poll(self, state: ConnState, created: bool) -> dict[str, Any]:
-        empty = {"epoch": state.epoch, "commands": []}
+        drains = {"drain": True} if "drain-v1" in state.features else {}
+        answer = await self._poll(state, created)
+        return answer | drains if answer.pop("draining", False) or state.draining_since is not None else answer
+
+    async def _poll(self, state: ConnState, created: bool) -> dict[str, Any]:
+        """The answer, with ``draining`` when the state was seen draining while the poll was held (a drain begun
+        meanwhile ends the hold)."""
+        empty: dict[str, Any] = {"epoch": state.epoch, "commands": []}
         if created:
             return empty
         runner_id, token = state.runner_id, state.poll_token or ""
@@ -322,8 +366,8 @@ class SharedRunnerHub:
                     raise self._gone(runner_id, waiter.reason)
                 if taken.status == "stale" or waiter.reason == "superseded":
                     return empty
-                if taken.commands:
-                    return {"epoch": state.epoch, "commands": taken.commands}
+                if taken.commands or (taken.draining and state.draining_since is None):
+                    return {"epoch": state.epoch, "commands": taken.commands, "draining": taken.draining}
                 if taken.next_due is not None:  # the hold ends when a delivered command is due again
                     ends = min(ends, loop.time() + max(0.0, (taken.next_due - self.clock.now_ms()) / 1000))
                 wait = ends - loop.time()
@@ -367,11 +411,11 @@ class SharedRunnerHub:
                 tx.run("runner_command_deliver", ids=ids, again=now + limits.REDELIVERY_S * 1000)
             due = tx.one("runner_command_next_due", epoch=epoch, now=now)
             if now - int(row["seen_at"]) >= SEEN_EVERY_MS:  # else both writes would change nothing
-                tx.run("runner_conn_touch", runner_id=runner_id, now=now, features=None, poll_token=None,
-                       poll_replica=None)  # fmt: skip
+                tx.run("runner_conn_touch", runner_id=runner_id, now=now, features=None, runner_version=None,
+                       poll_token=None, poll_replica=None)  # fmt: skip
                 tx.run("runner_conn_seen", runner_id=runner_id, now=now)
         next_due = due["at"] if due else None
-        return _Taken("ok", batch, int(next_due) if next_due is not None else None)
+        return _Taken("ok", batch, int(next_due) if next_due is not None else None, row["draining_since"] is not None)
 
     # --- commands (6.1, 3.3) -----------------------------------------------------------------------------------
 
@@ -1210,6 +1254,8 @@ class SharedRunnerHub:
             "connectedAt": int(created) if created is not None else None,
             "features": sorted(name for name in str(row.get("features") or "").split(",") if name),
             "runnerVersion": row.get("runner_version") if created is not None else None,
+            "draining": created is not None and row.get("draining_since") is not None,
+            "drainingSince": row.get("draining_since") if created is not None else None,
         }
 
     def pending_wires(self, runner_id: str) -> list[dict[str, Any]]:

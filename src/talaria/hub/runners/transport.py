@@ -45,14 +45,24 @@ Holding = JobHeld | TurnHeld  # what an adoption is conditional on: the owner's 
 class RunnerTransport(Protocol):
     clock: Clock
     validity: Validity
+    on_draining: list[Callable[[str], None]]  # called on the loop with a runner id when this hub starts its drain
 
     async def enter(
         self, runner_id: str, instance: str, *, poll: bool, reset: bool, epoch: str | None, features: str | None,
-        version: str | None = None,
+        version: str | None = None, draining: bool = False,
     ) -> tuple[ConnState, bool]:  # fmt: skip
         """Gates 3-8 of runner-protocol.md 4 for one request: the state, and whether this request created it.
         ``features`` and ``version`` (the runner's, from its ``User-Agent``) come with a poll and replace the
-        state's."""
+        state's. ``draining`` (``X-Runner-Draining: 1``) starts the state's drain if it has not begun."""
+        ...
+
+    async def drain(self, runner_id: str) -> bool:
+        """Start the drain of the runner's current state (operations.md 3.1; again: nothing new) and wake its held
+        poll, whose answer then carries ``drain: true``. False when the runner is not connected."""
+        ...
+
+    def accepts_work(self, runner_id: str) -> bool:
+        """Connected and not draining: new work (a job, a chat turn) may start there."""
         ...
 
     async def poll(self, state: ConnState, created: bool) -> dict[str, Any]:
@@ -163,8 +173,8 @@ class RunnerTransport(Protocol):
     def pending_count(self) -> int: ...
 
     def summary(self, runner_id: str) -> dict[str, Any]:
-        """``online``, ``lastSeenAt``, ``connectedAt``, ``features`` and ``runnerVersion`` for the nodes page
-        and API."""
+        """``online``, ``lastSeenAt``, ``connectedAt``, ``features``, ``runnerVersion``, ``draining`` and
+        ``drainingSince`` for the nodes page and API."""
         ...
 
     def pending_wires(self, runner_id: str) -> list[dict[str, Any]]:
@@ -187,6 +197,10 @@ GATES = {
 def refused(code: str) -> TalariaError:
     """A refusal of gates 3-8, worded alike by both transports."""
     return TalariaError(code, GATES[code])
+
+
+def draining() -> TalariaError:
+    return TalariaError("runner_draining", "the execution node is draining; it takes no new work")
 
 
 def gateway_closed(what: str = "the gateway connection is closed") -> TalariaError:

@@ -2,7 +2,8 @@
 live Hermes session, stays open for ``chat.channel_idle_s`` so that the next turn skips ``gateway.open`` and
 ``session.resume``. A kept channel is closed at once on archive, on an access change, on a node switch, when the
 next turn cannot use it (another account version, the channel closed by the runner or Hermes, another stored
-session), when its runner has ``KEPT_PER_RUNNER`` others idle, and when the hub stops. It lives on the hub's loop;
+session), when its runner has ``KEPT_PER_RUNNER`` others idle, when its runner starts to drain, and when the hub
+stops. It lives on the hub's loop;
 the ``close_*`` entries may be called from any thread."""
 
 from __future__ import annotations
@@ -101,6 +102,10 @@ class KeptChannels:
 
     def close_bot(self, bot_id: str) -> None:
         self._close_where(lambda kept: kept.bot_id == bot_id)
+
+    def close_runner(self, runner_id: str) -> None:
+        """The runner drains (operations.md 3.2): its idle channels close, so that it can be drained."""
+        self._close_where(lambda kept: kept.gateway.runner_id == runner_id)
 
     def close_account(self, tenant: str, username: str) -> None:
         self._close_where(lambda kept: (kept.account.tenant, kept.account.username) == (tenant, username))

@@ -72,6 +72,7 @@ class ChatContext:
         self.per_runner: dict[str, int] = {}
         self.streams: dict[str, TurnStream] = {}
         self.kept = KeptChannels(driver.channels, settings.chat_channel_idle_s)
+        driver.channels.runners.on_draining.append(self.kept.close_runner)  # idle channels close as a drain begins
         self.stopping = False
         self.scans = 0  # scans completed since start (tests wait for the first)
         self._loop: asyncio.AbstractEventLoop | None = None

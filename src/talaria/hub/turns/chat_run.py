@@ -192,7 +192,7 @@ class RunEntries(RecoveryEntries):
         while True:
             place = await asyncio.to_thread(self._place, turn)
             runner = place.runner
-            if runner is not None and runner.enabled and self.runners.is_connected(runner.id):
+            if runner is not None and runner.enabled and self.runners.accepts_work(runner.id):
                 if self.per_runner.get(runner.id, 0) < self.settings.chat_per_runner:
                     # taken here, with no await between the count and the taking: turns arriving together would
                     # all see a free slot if it were taken later (the caller gives it back after the attempt)

@@ -22,3 +22,11 @@ SELECT * FROM runner WHERE tenant = :tenant AND source = :source AND enabled = 1
 -- name: runner_disable
 -- Disable a runner for good (there is no re-enable).
 UPDATE runner SET enabled = 0, disabled_at = :now WHERE id = :id AND enabled = 1
+
+-- name: runner_drain_request
+-- `talaria admin runners drain` on a hub it cannot reach (operations.md 3.1): applied at the runner's next request.
+UPDATE runner SET drain_requested_at = :now WHERE id = :id AND tenant = :tenant AND enabled = 1
+
+-- name: runner_drain_request_clear
+-- The hub applied the request, or dropped it (the state is newer); a newer request stays.
+UPDATE runner SET drain_requested_at = NULL WHERE id = :id AND drain_requested_at = :requested_at

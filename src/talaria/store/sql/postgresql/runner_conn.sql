@@ -63,7 +63,7 @@ WHERE r.id = ANY(:runner_ids)
 
 -- name: runner_conn_summary
 -- What the nodes page shows of a runner's connection.
-SELECT c.created_at, c.seen_at, c.features, c.runner_version, s.seen_at AS last_seen_at
+SELECT c.created_at, c.seen_at, c.features, c.runner_version, c.draining_since, s.seen_at AS last_seen_at
 FROM runner r LEFT JOIN runner_conn c ON c.runner_id = r.id LEFT JOIN runner_seen s ON s.runner_id = r.id
 WHERE r.id = :runner_id
 
@@ -86,3 +86,19 @@ ON CONFLICT DO NOTHING
 -- name: runner_conn_prune_retired
 -- Replaced instances are remembered 24 h.
 DELETE FROM runner_retired WHERE retired_at < :before
+
+-- name: runner_conn_drain
+-- A runner says it drains (X-Runner-Draining, operations.md 3.1): its state of this epoch drains from now on.
+UPDATE runner_conn SET draining_since = :now
+WHERE runner_id = :runner_id AND epoch = :epoch AND draining_since IS NULL
+
+-- name: runner_conn_drain_current
+-- An admin drains the runner's current state (operations.md 3.1); its drain began at draining_since (a repeat
+-- changes nothing). No row: the runner is not connected.
+UPDATE runner_conn SET draining_since = COALESCE(draining_since, :now)
+WHERE runner_id = :runner_id
+RETURNING epoch, poll_replica, draining_since
+
+-- name: runner_conn_wake
+-- Wake the replica holding the runner's poll (the command line has no listener of its own).
+SELECT pg_notify('talaria_runner', :runner_id) AS sent

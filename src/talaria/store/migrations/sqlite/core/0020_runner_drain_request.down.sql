@@ -1,0 +1,1 @@
+ALTER TABLE runner DROP COLUMN drain_requested_at;

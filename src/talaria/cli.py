@@ -44,7 +44,8 @@ def _store_for(args: argparse.Namespace, *, create: bool = False) -> Store:
 def cmd_hub(args: argparse.Namespace) -> int:
     from talaria.hub.server import run_hub
 
-    flags = {"data_dir": args.data_dir, "hub.host": args.host, "hub.port": args.port}
+    flags = {"data_dir": args.data_dir, "hub.host": args.host, "hub.port": args.port,
+             "hub.drain_timeout_s": args.drain_timeout}  # fmt: skip
     try:
         settings = load_settings(flags=flags, environ=os.environ, config_file=args.config)
     except SettingsError as exc:
@@ -371,6 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
     hub.add_argument("--port", type=int, default=None, help="listen port (default 8700; 0 picks one)")
     hub.add_argument("--config", type=Path, default=None, help="TOML settings file")
+    drain_help = "on SIGTERM, wait up to S seconds for running turns (default 120; 0: stop at once)"
+    hub.add_argument("--drain-timeout", type=int, default=None, metavar="S", help=drain_help)
     hub.set_defaults(func=cmd_hub)
 
     admin = sub.add_parser("admin", help="administration").add_subparsers(dest="admin_command", required=True)

@@ -79,6 +79,7 @@ STATUS_BY_CODE: Mapping[str, int] = {
     "idempotency_conflict": 409,
     "runner_call_limit": 429,
     "hub_shutting_down": 503,
+    "hub_draining": 503,  # operations.md 3.4: a planned restart; new turns wait for it (Retry-After: 1)
     # outcomes of hub operations that send commands (runner-protocol.md 6.1, 14)
     "runner_offline": 503,
     "runner_draining": 503,  # operations.md 3.2: the node takes no new work

@@ -31,6 +31,7 @@ class Settings:
     hub_port: int = 8700
     hub_public_url: str = ""
     hub_trusted_proxies: tuple[str, ...] = ()
+    hub_drain_timeout_s: int = 120  # operations.md 3.4: how long SIGTERM waits for running turns (0: not at all)
     runtime_api_enabled: bool = False
     runtime_api_proxy_secret: str = field(default="", repr=False)
     runtime_api_allow_remote_proxy: bool = False
@@ -111,6 +112,7 @@ KEYS: dict[str, tuple[str, type]] = {
     "hub.port": ("hub_port", int),
     "hub.public_url": ("hub_public_url", str),
     "hub.trusted_proxies": ("hub_trusted_proxies", tuple),
+    "hub.drain_timeout_s": ("hub_drain_timeout_s", int),
     "runtime_api.enabled": ("runtime_api_enabled", bool),
     "runtime_api.proxy_secret": ("runtime_api_proxy_secret", str),
     "runtime_api.allow_remote_proxy": ("runtime_api_allow_remote_proxy", bool),
@@ -320,6 +322,8 @@ def validate(s: Settings) -> None:
             raise SettingsError(f'hub.trusted_proxies: "{entry}" is not an IP address or CIDR') from None
     if s.storage_sqlite_busy_timeout_ms < 0:
         raise SettingsError("storage.sqlite_busy_timeout_ms must not be negative")
+    if s.hub_drain_timeout_s < 0:
+        raise SettingsError("hub.drain_timeout_s must not be negative")
     if not 0 <= s.hub_port <= 65535:
         raise SettingsError("hub.port must be between 0 and 65535")
     if s.lifecycle_heartbeat_interval_s >= s.lifecycle_lease_ttl_s:

@@ -128,6 +128,8 @@ def test_every_key_of_the_settings_table_is_known() -> None:
         "database.wake_fallback_ms",
         "database.max_clock_skew_ms",
         "audit.seal_interval_ms",
+        # operations.md 8
+        "hub.drain_timeout_s",
     }
     assert spec_keys <= set(KEYS)
 

@@ -21,10 +21,12 @@ async def healthz() -> dict[str, Any]:
     return {"ok": True}
 
 
-@router.get("/readyz", openapi_extra=refusals("store_unavailable", "clock_skew"))
+@router.get("/readyz", openapi_extra=refusals("store_unavailable", "hub_draining", "clock_skew"))
 async def readyz(hub: HubDep) -> dict[str, Any]:
     if not await run_in_threadpool(hub.store.ping):
         raise TalariaError("store_unavailable", "the store does not answer")
+    if hub.draining:  # a planned restart: balancers move traffic away (operations.md 3.4)
+        raise TalariaError("hub_draining", "this hub is draining for a restart")
     problem = hub.replica.unready() if hub.replica is not None else None
     if problem is not None:  # a PostgreSQL replica that cannot renew its row, or whose clock strays (scale.md 1)
         raise problem

@@ -69,6 +69,7 @@ class Replica:
         self._renewed_ms = 0
         self._checked_ms = 0
         self._skewed = False
+        self._resigned = False  # a draining replica takes no role again
         self._roles: dict[str, int] = {}  # role -> when this replica last renewed it (ms)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -133,9 +134,22 @@ class Replica:
                         skew_ms=skew, max_ms=self._max_skew_ms)  # fmt: skip
         self._skewed = skew > self._max_skew_ms
 
+    def resign(self) -> None:
+        """Give every role up and take none again (a draining replica, operations.md 3.4, scale.md 3.6)."""
+        self._resigned = True
+        with self._lock:
+            self._roles.clear()
+        if not self.clustered:
+            return
+        try:
+            with self._store.write() as tx:
+                tx.run("hub_role_lease_release", holder=self.id)
+        except TalariaError as exc:  # the leases expire on their own
+            log.warning("replica_resign_failed", replica=self.id, code=exc.code)
+
     def _take_roles(self, tx: Tx, now: int) -> dict[str, int]:
         """Take or renew every role in ``tx``; none while the clock strays. Returns the roles held, renewed ``now``."""
-        if self._skewed:
+        if self._skewed or self._resigned:
             return {}
         return {role: now for role in ROLES
                 if tx.one("hub_role_lease_take", role=role, holder=self.id, now=now,

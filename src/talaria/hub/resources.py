@@ -16,6 +16,7 @@ from talaria.chat.bots import Bots
 from talaria.chat.conversations import Conversations
 from talaria.chat.turns import ChatTurns
 from talaria.clock import Clock
+from talaria.errors import TalariaError
 from talaria.hub.api.websession import WebSessions, load_secret_key
 from talaria.hub.chat.bot_access import BotAccess
 from talaria.hub.chat.events import ChatEvents
@@ -91,6 +92,29 @@ class Hub:
     team_reconciler: TeamReconciler | None = None  # None while the team set is not installed
     replica: Replica | None = None  # this hub in the cluster's tables (scale.md 1); on SQLite it holds every role
     sealer: AuditSealer | None = None  # PostgreSQL's audit sealer (scale.md 2.4); SQLite chains inline
+    draining: bool = False  # a planned restart (operations.md 3.4): no new turn starts here
+
+    def begin_drain(self) -> int:
+        """Step 1 of a hub drain: refuse new turns, claim no job, start no chat turn, give the roles up. Returns the
+        turns running here."""
+        self.draining = True
+        self.dispatcher.draining = True
+        self.chat_engine.draining = True
+        if self.replica is not None:
+            self.replica.resign()
+        running = self.turns_running()
+        log.info("hub_draining", running_turns=running)
+        return running
+
+    def refuse_new_turn(self) -> None:
+        """503 ``hub_draining`` (``Retry-After: 1``) for a new turn while the hub drains."""
+        if self.draining:
+            raise TalariaError("hub_draining", "the hub is restarting; send it again in a moment",
+                               headers={"Retry-After": "1"})  # fmt: skip
+
+    def turns_running(self) -> int:
+        """Job turns and chat turns this process drives on a node now (not chat turns waiting for their node)."""
+        return len(self.dispatcher.running) + len(self.chat_engine.running.keys() - self.chat_engine.waiting)
 
     def tick(self) -> None:
         """One reaper sweep."""

@@ -1,5 +1,6 @@
-"""Serve the hub with uvicorn: bind first, print the ready line once serving, stop cleanly on signals; SIGUSR1
-writes every thread's stack to stderr (a hub that stops answering can be asked where it waits)."""
+"""Serve the hub with uvicorn: bind first, print the ready line once serving, drain then stop on SIGTERM or SIGINT
+(operations.md 3.4); SIGUSR1 writes every thread's stack to stderr (a hub that stops answering can be asked where it
+waits)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import faulthandler
 import signal
 import socket
 import sys
-from typing import TextIO
+from types import FrameType
+from typing import Any, TextIO
 
+import structlog
 import uvicorn
 
 from talaria.clock import Clock, SystemClock
@@ -21,11 +24,43 @@ from talaria.lifecycle.recovery import RecoveryError
 from talaria.settings import Settings
 from talaria.store.open import check_database
 
+DRAIN_CHECK_S = 0.1  # how often a draining hub looks whether its turns have finished
+log = structlog.get_logger("talaria.hub")
+
 
 class HubUvicorn(uvicorn.Server):
     """uvicorn waits for open requests before the lifespan ends; held runner polls must first be told
     ``hub_shutting_down`` (runner-protocol.md 6.2), or shutdown would wait out their 15 s holds, and open chat
-    event streams ended (chat.md 4.1), which would otherwise never end."""
+    event streams ended (chat.md 4.1), which would otherwise never end.
+
+    The first SIGTERM or SIGINT drains (operations.md 3.4): no new turn starts, the running ones finish (at most
+    ``hub.drain_timeout_s``), everything else serves on; then the stop as before. A second signal stops at once."""
+
+    drain_task: asyncio.Task[None] | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        hub = getattr(getattr(self.config.app, "state", None), "hub", None)
+        timeout = hub.settings.hub_drain_timeout_s if hub is not None else 0
+        if self.drain_task is not None or self.should_exit or timeout <= 0 or not self.started:
+            super().handle_exit(sig, frame)
+            return
+        self._captured_signals.append(sig)
+        try:
+            loop = asyncio.get_running_loop()  # the signal arrives on the loop's own thread, between its callbacks
+        except RuntimeError:
+            super().handle_exit(sig, frame)
+            return
+        self.drain_task = loop.create_task(self._drain(hub, timeout))  # marks the drain begun at once
+        loop.call_soon_threadsafe(lambda: None)  # wake the selector so that the task starts now
+
+    async def _drain(self, hub: Any, timeout: float) -> None:
+        running = hub.begin_drain()
+        deadline = asyncio.get_running_loop().time() + timeout
+        while running and asyncio.get_running_loop().time() < deadline and not self.should_exit:
+            await asyncio.sleep(DRAIN_CHECK_S)
+            running = hub.turns_running()
+        log.info("hub_drained" if not running else "hub_drain_timed_out", running_turns=running)
+        self.should_exit = True
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         hub = getattr(getattr(self.config.app, "state", None), "hub", None)

@@ -167,7 +167,13 @@ def _sse(event: str, data: Any) -> bytes:
 @router.post(
     "/{runner_id}/test-turn",
     openapi_extra=refusals(
-        "not_found", "profile_not_allowed", "runner_offline", "runner_draining", body=TEST_TURN_BODY, answers=_STREAM
+        "not_found",
+        "profile_not_allowed",
+        "runner_offline",
+        "runner_draining",
+        "hub_draining",
+        body=TEST_TURN_BODY,
+        answers=_STREAM,
     ),
 )
 async def runner_test_turn(runner_id: RunnerId, request: Request, admin: AdminDep, hub: HubDep) -> Response:
@@ -184,6 +190,7 @@ async def runner_test_turn(runner_id: RunnerId, request: Request, admin: AdminDe
         raise TalariaError("profile_not_allowed", f"you may not use profile {profile} on this node")
     if not hub.runners.is_connected(runner_id):
         raise TalariaError("runner_offline", "the execution node is not connected")
+    hub.refuse_new_turn()
     if not hub.runners.accepts_work(runner_id):
         raise TalariaError("runner_draining", "the execution node is draining; it takes no new work")
     account = AccountRef(admin.account.username, admin.account.tenant, admin.account.auth_version)

@@ -55,7 +55,7 @@ ConversationId = Annotated[str, Path()]
 CursorQuery = Annotated[str | None, Query(description="from a previous page's nextCursor")]
 _TURN_REFUSALS = ("not_found", "idempotency_key_invalid", "idempotency_key_reused", "conversation_archived",
                   "bot_archived", "bot_not_allowed", "attachment_used", "turn_in_progress", "chat_turn_limit",
-                  "chat_busy")  # fmt: skip
+                  "chat_busy", "hub_draining")  # fmt: skip
 
 
 def _key(request: Request) -> str | None:
@@ -99,6 +99,7 @@ def turn_body(raw: bytes) -> tuple[str, list[str], dict[str, Any]]:
 @router.post("/{conversation_id}/turns", status_code=202, openapi_extra=refusals(*_TURN_REFUSALS, body=TURN_BODY))
 async def send_message(conversation_id: ConversationId, request: Request, user: UserDep, hub: HubDep) -> Response:
     await run_in_threadpool(hub.conversations.get, user.account, conversation_id)
+    hub.refuse_new_turn()
     key = _key(request)
     text, attachments, body = turn_body(await request.body())
 

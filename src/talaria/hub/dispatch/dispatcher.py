@@ -103,6 +103,7 @@ class Dispatcher:
         self.holder = LeaseHolder(engine, clock, settings, self.worker_instance)
         self.holds = HermesHolds(driver.channels, self.timings, self.wake, self._enabled)
         self.running: dict[str, asyncio.Task[None]] = {}  # job id -> its task
+        self.draining = False  # the hub drains (operations.md 3.4): nothing more is claimed
         self.per_runner: defaultdict[str, int] = defaultdict(int)
         self.cancels: dict[str, asyncio.Event] = {}
         self.stopping = False
@@ -175,7 +176,7 @@ class Dispatcher:
     async def scan(self) -> int:
         """Claim what can run now; returns the number of jobs started."""
         free = self.settings.dispatcher_per_hub - len(self.running)
-        if free <= 0:
+        if free <= 0 or self.draining:
             return 0
         records = [
             r for r in await asyncio.to_thread(self._connected_records) if r.enabled and not self.holds.is_held(r.id)

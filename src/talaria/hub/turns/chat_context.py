@@ -74,6 +74,8 @@ class ChatContext:
         self.kept = KeptChannels(driver.channels, settings.chat_channel_idle_s)
         driver.channels.runners.on_draining.append(self.kept.close_runner)  # idle channels close as a drain begins
         self.stopping = False
+        self.draining = False  # the hub drains (operations.md 3.4): no turn goes on to its node until the restart
+        self.waiting: set[str] = set()  # turns waiting for their node (not yet running there)
         self.scans = 0  # scans completed since start (tests wait for the first)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()

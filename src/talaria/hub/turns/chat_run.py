@@ -187,9 +187,23 @@ class RunEntries(RecoveryEntries):
         """The place to run ``turn`` once its runner is connected and has room; None if the turn ended meanwhile
         (stopped, or ``runner_offline`` after ``chat.pending_wait_s``). A place returned holds one of its runner's
         ``chat.per_runner`` slots, which the caller gives back. ``reason``: the waiting reason already shown, if
-        any."""
+        any. While the hub drains (operations.md 3.4) the turn waits as it is, without giving up: it starts after the
+        restart."""
+        self.waiting.add(turn.id)
+        try:
+            return await self._until_placed(turn, stop, reason)
+        finally:
+            self.waiting.discard(turn.id)
+
+    async def _until_placed(self, turn: ChatTurn, stop: asyncio.Event, reason: str | None) -> Place | None:
         give_up = turn.created_at + self.settings.chat_pending_wait_s * 1000
         while True:
+            if self.draining:
+                with contextlib.suppress(TimeoutError):
+                    await within(stop.wait(), self.timings.runner_back_check_s)
+                if stop.is_set():
+                    return None
+                continue
             place = await asyncio.to_thread(self._place, turn)
             runner = place.runner
             if runner is not None and runner.enabled and self.runners.accepts_work(runner.id):

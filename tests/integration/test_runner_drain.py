@@ -11,6 +11,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from talaria.errors import TalariaError
 from talaria.hub.runners import limits
 from talaria.hub.runners.connection_state import AccountRef
 from tests.integration.dispatch_support import Env, hub_env, wait_prompt
-from tests.integration.runner_support import RunnerProcess, clean_env, outcome, send, wait_until
+from tests.integration.runner_support import RunnerProcess, clean_env, outcome, runner_summary, send, wait_until
 
 DRAINING = "runner draining"
 DRAINED = "runner drained"
@@ -36,9 +37,8 @@ def runner_id(env: Env) -> str:
     return record.id
 
 
-def summary(env: Env) -> dict[str, object]:
-    found = [r for r in env.bob.get("/api/admin/runners").json()["runners"] if r["id"] == runner_id(env)]
-    return dict(found[0])
+def summary(env: Env) -> dict[str, Any]:
+    return runner_summary(env.bob, runner_id(env))
 
 
 def start(env: Env, *options: str) -> RunnerProcess:

@@ -341,9 +341,11 @@ class SharedRunnerHub:
     # --- poll (6.2, 3.3, 3.4) ----------------------------------------------------------------------------------
 
     async def poll(self, state: ConnState, created: bool) -> dict[str, Any]:
-        drains = {"drain": True} if "drain-v1" in state.features else {}
         answer = await self._poll(state, created)
-        return answer | drains if answer.pop("draining", False) or state.draining_since is not None else answer
+        draining = answer.pop("draining", False) or state.draining_since is not None
+        if draining and "drain-v1" in state.features:
+            answer["drain"] = True
+        return answer
 
     async def _poll(self, state: ConnState, created: bool) -> dict[str, Any]:
         """The answer, with ``draining`` when the state was seen draining while the poll was held (a drain begun

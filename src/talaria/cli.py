@@ -112,8 +112,8 @@ def cmd_set_user(args: argparse.Namespace) -> int:
 
 
 def cmd_runners(args: argparse.Namespace) -> int:
-    """``talaria admin runners list|register|disable|drain`` for scripted set-ups (runner-protocol.md 2,
-    operations.md 3.1)."""
+    """``talaria admin runners list|register|disable|drain|rotate-token`` for scripted set-ups (runner-protocol.md
+    2, operations.md 3.1, 4.1)."""
     import json
 
     from talaria.clock import SystemClock
@@ -136,6 +136,12 @@ def cmd_runners(args: argparse.Namespace) -> int:
             return 0
         if args.runners_command == "drain":
             return _drain_runner(store, registry, args.id, args.tenant)
+        if args.runners_command == "rotate-token":
+            if not registry.request_rotation(args.id, args.tenant):
+                print(f"talaria: no enabled runner {args.id} in tenant {args.tenant}", file=sys.stderr)
+                return 1
+            print(f"rotation requested for runner {args.id}; it takes a new token at its next poll")
+            return 0
         body: dict[str, object] = {
             "name": args.name,
             "source": args.source,
@@ -403,7 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
     register = runners.add_parser("register", help="register a runner and write its runner.json (mode 600)")
     disable = runners.add_parser("disable", help="disable a runner for good")
     drain = runners.add_parser("drain", help="drain a runner: no new work; it stops once what runs has finished")
-    for command in (listing, register, disable, drain):
+    rotate = runners.add_parser("rotate-token", help="ask a runner to rotate its token (it does not lock out a thief)")
+    for command in (listing, register, disable, drain, rotate):
         command.add_argument("--data-dir", default=None)
         command.add_argument("--config", type=Path, default=None, help=CONFIG_HELP)
         command.add_argument("--tenant", default="default")
@@ -418,6 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     register.add_argument("--out", required=True, help="where to write runner.json")
     disable.add_argument("id")
     drain.add_argument("id")
+    rotate.add_argument("id")
 
     audit = sub.add_parser("audit", help="audit chain").add_subparsers(dest="audit_command", required=True)
     verify = audit.add_parser("verify", help="recompute the hash chain")

@@ -74,6 +74,7 @@ STATUS_BY_CODE: Mapping[str, int] = {
     "runner_instance_limit": 409,
     "runner_event_gap": 409,
     "runner_epoch_changed": 409,
+    "runner_rotation_not_due": 409,  # operations.md 4.1: the rotate op when neither an admin nor the token's age asks
     "runner_payload_limit": 413,
     "runner_grant_expired": 410,
     "idempotency_conflict": 409,

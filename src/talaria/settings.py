@@ -32,6 +32,10 @@ class Settings:
     hub_public_url: str = ""
     hub_trusted_proxies: tuple[str, ...] = ()
     hub_drain_timeout_s: int = 120  # operations.md 3.4: how long SIGTERM waits for running turns (0: not at all)
+    # operations.md 4.1: rotate runner tokens older than this (0: only when an admin asks), and how long an unused
+    # next token stays valid
+    runners_token_rotate_after_s: int = 0
+    runners_token_overlap_s: int = 86400
     runtime_api_enabled: bool = False
     runtime_api_proxy_secret: str = field(default="", repr=False)
     runtime_api_allow_remote_proxy: bool = False
@@ -113,6 +117,8 @@ KEYS: dict[str, tuple[str, type]] = {
     "hub.public_url": ("hub_public_url", str),
     "hub.trusted_proxies": ("hub_trusted_proxies", tuple),
     "hub.drain_timeout_s": ("hub_drain_timeout_s", int),
+    "runners.token_rotate_after_s": ("runners_token_rotate_after_s", int),
+    "runners.token_overlap_s": ("runners_token_overlap_s", int),
     "runtime_api.enabled": ("runtime_api_enabled", bool),
     "runtime_api.proxy_secret": ("runtime_api_proxy_secret", str),
     "runtime_api.allow_remote_proxy": ("runtime_api_allow_remote_proxy", bool),
@@ -311,6 +317,7 @@ def validate(s: Settings) -> None:
         "chat.recovery_wait_s": s.chat_recovery_wait_s,
         "chat.turn_max_s": s.chat_turn_max_s,
         "chat.channel_idle_s": s.chat_channel_idle_s,
+        "runners.token_overlap_s": s.runners_token_overlap_s,
     }
     for key, value in positive.items():
         if value < 1:
@@ -324,6 +331,8 @@ def validate(s: Settings) -> None:
         raise SettingsError("storage.sqlite_busy_timeout_ms must not be negative")
     if s.hub_drain_timeout_s < 0:
         raise SettingsError("hub.drain_timeout_s must not be negative")
+    if s.runners_token_rotate_after_s < 0:
+        raise SettingsError("runners.token_rotate_after_s must not be negative")
     if not 0 <= s.hub_port <= 65535:
         raise SettingsError("hub.port must be between 0 and 65535")
     if s.lifecycle_heartbeat_interval_s >= s.lifecycle_lease_ttl_s:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from playwright.sync_api import Locator, Page, expect
 
@@ -172,3 +173,43 @@ def test_drain_shows_draining_until_the_runner_has_finished_and_stopped(
             expect(row.get_by_test_id("node-status")).to_have_text("Waiting for connection", timeout=10_000)
         finally:
             runner.close()
+
+
+def test_rotate_token_warns_that_it_locks_no_one_out_and_the_runner_takes_a_new_token(
+    hub: HubServer, browsers: Browsers, tmp_path: Path
+) -> None:
+    config = register_node(hub, tmp_path / "node", hermes_url=HERMES_URL, session_token="unused", name="edge")
+    body = json.loads(config.read_text())
+    runner = RunnerProcess(config, tmp_path / "logs")
+    try:
+        runner.wait_for("runner connected")
+        page = browsers.context().page()
+        sign_in(page, hub, "root")
+        page.goto(f"{hub.url}/settings/nodes")
+        row = node_row(page, "edge")
+        expect(row.get_by_test_id("node-token")).to_contain_text("Token issued")
+        expect(row.get_by_test_id("node-token")).not_to_contain_text("Rotation pending")
+        messages: list[str] = []
+
+        def answer(dialog: Any) -> None:
+            messages.append(dialog.message)
+            dialog.dismiss() if len(messages) == 1 else dialog.accept()
+
+        page.on("dialog", answer)
+        row.get_by_role("button", name="Rotate token").click()  # dismissed: nothing asked
+        expect(row.get_by_role("button", name="Rotate token")).to_be_enabled()
+        record = hub.hub.registry.get(body["runnerId"])
+        assert record is not None and record.rotate_requested_at is None
+        row.get_by_role("button", name="Rotate token").click()
+        runner.wait_for("runner credential rotated", timeout=10)
+        assert messages[0] == messages[1]
+        assert messages[0].endswith(
+            "Rotation does not lock out someone who already holds this node's token. To do that, disable the node and "
+            "register it again."
+        ), messages[0]
+        record = hub.hub.registry.get(body["runnerId"])
+        assert record is not None and record.token_hash != sha256_hex(body["token"])
+        expect(row.get_by_test_id("node-token")).not_to_contain_text("Rotation pending")
+        assert body["token"] not in page.content()
+    finally:
+        runner.close()

@@ -35,6 +35,13 @@ class Env:
         self.runner = RunnerProcess(self.config_path, self.tmp / "logs", name=f"runner-{time.monotonic_ns()}")
         self.runner.wait_for("runner connected")
 
+    @property
+    def runner_id(self) -> str:
+        """The id of the node registered for source ``local``."""
+        record = self.server.hub.registry.for_source("default", "local")
+        assert record is not None
+        return record.id
+
     def approved_job(self, prompt: str) -> dict[str, Any]:
         body = {"title": "a task", "prompt": prompt, "cell": "local", "profile": "default"}
         task = self.alice.post("/api/tasks", json=body).json()["task"]

@@ -50,6 +50,9 @@ SUMMARY_KEYS = {
     "runnerVersion",
     "draining",
     "drainingSince",
+    "tokenIssuedAt",
+    "rotationPending",
+    "tokenNextReplacedAt",
 }
 # An http command the runner refuses by its allow-list without calling Hermes: a reply that needs no Hermes.
 OFF_LIST = {"path": "/api/not-on-the-allow-list", "method": "GET", "search": ""}
@@ -432,8 +435,12 @@ def clean_env() -> dict[str, str]:
 class RunnerProcess:
     """``python -m talaria runner --config PATH``, its output in files (no pipe can fill up)."""
 
-    def __init__(self, config_path: Path, logs: Path, name: str = "runner", *, argv: list[str] | None = None) -> None:
-        """``argv`` replaces the command line (a wrapper that still runs the runner with ``config_path``)."""
+    def __init__(
+        self, config_path: Path, logs: Path, name: str = "runner", *, argv: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
+        """``argv`` replaces the command line (a wrapper that still runs the runner with ``config_path``); ``env`` is
+        added to the clean environment."""
         logs.mkdir(parents=True, exist_ok=True)
         self.out_path = logs / f"{name}.stdout"
         self.err_path = logs / f"{name}.stderr"
@@ -445,7 +452,7 @@ class RunnerProcess:
             stdout=self._out,
             stderr=self._err,
             cwd=logs,
-            env=clean_env(),
+            env=clean_env() | (env or {}),
         )
 
     @property

@@ -31,14 +31,8 @@ def env(tmp_path: Path) -> Iterator[Env]:
         yield made
 
 
-def runner_id(env: Env) -> str:
-    record = env.server.hub.registry.for_source("default", "local")
-    assert record is not None
-    return record.id
-
-
 def summary(env: Env) -> dict[str, Any]:
-    return runner_summary(env.bob, runner_id(env))
+    return runner_summary(env.bob, env.runner_id)
 
 
 def start(env: Env, *options: str) -> RunnerProcess:
@@ -65,9 +59,9 @@ def test_sigquit_during_a_turn_takes_no_new_work_finishes_the_turn_and_exits_0(e
     assert "Drain node" not in page.text, "no Drain button on a draining node"
 
     # new work: the hub refuses it before sending, the runner itself refuses what reaches it
-    turn = env.bob.post(f"/api/admin/runners/{runner_id(env)}/test-turn", json={"prompt": "hello"})
+    turn = env.bob.post(f"/api/admin/runners/{env.runner_id}/test-turn", json={"prompt": "hello"})
     assert (turn.status_code, turn.json()["code"]) == (503, "runner_draining"), turn.text
-    direct = outcome(env.server, send(env.server, runner_id(env), {"connectionId": str(uuid.uuid4())}, "gateway.open"))
+    direct = outcome(env.server, send(env.server, env.runner_id, {"connectionId": str(uuid.uuid4())}, "gateway.open"))
     assert isinstance(direct, TalariaError) and (direct.code, direct.status) == ("runner_draining", 503), direct
     assert env.hermes.prompt_count("hello") == 0
     second = env.approved_job("approved meanwhile")
@@ -93,19 +87,19 @@ def test_sigquit_during_a_turn_takes_no_new_work_finishes_the_turn_and_exits_0(e
 
 def test_an_admin_drain_through_the_api_stops_an_idle_runner(env: Env) -> None:
     runner = start(env)
-    answer = env.bob.post(f"/api/admin/runners/{runner_id(env)}/drain")
+    answer = env.bob.post(f"/api/admin/runners/{env.runner_id}/drain")
     assert (answer.status_code, answer.json()) == (200, {"ok": True}), answer.text
     runner.wait_for(DRAINING, timeout=5)
     assert runner.wait(15) == 0, runner.stderr
     assert runner.lines[-2:] == [DRAINED, "runner stopped"], runner.lines
-    again = env.bob.post(f"/api/admin/runners/{runner_id(env)}/drain")
+    again = env.bob.post(f"/api/admin/runners/{env.runner_id}/drain")
     assert (again.status_code, again.json()["code"]) == (503, "runner_offline")
 
 
 def test_the_command_line_drains_a_runner_at_its_next_request(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(limits, "POLL_HOLD_S", 1)  # the request is applied at the runner's next poll
     runner = start(env)
-    command = [sys.executable, "-m", "talaria", "admin", "runners", "drain", runner_id(env), "--data-dir",
+    command = [sys.executable, "-m", "talaria", "admin", "runners", "drain", env.runner_id, "--data-dir",
                str(env.server.data_dir)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, env=clean_env(), timeout=60, check=False)
     assert done.returncode == 0, done.stderr
@@ -155,7 +149,7 @@ def test_draining_takes_no_new_grant_or_prompt_on_an_open_channel(env: Env) -> N
     alice = env.server.hub.accounts.get("alice")
     assert alice is not None
     account = AccountRef(alice.username, alice.tenant, alice.auth_version)
-    gateway = env.server.call(channels.open_gateway(runner_id(env), account))
+    gateway = env.server.call(channels.open_gateway(env.runner_id, account))
     created = env.server.call(channels.rpc(gateway, "session.create", {"close_on_disconnect": False}))
     runner.proc.send_signal(signal.SIGQUIT)
     runner.wait_for(DRAINING)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -1082,3 +1083,170 @@ def test_a_held_poll_woken_more_than_a_second_later_delivers(node: Node) -> None
     polled = assert_machine_ok(held.result(10))
     assert [wire["kind"] for wire in polled["commands"]] == ["http"]
     node.server.call(_cancel(task))
+
+
+# --- credential rotation (operations.md 4.1) -------------------------------------------------------------------------
+
+
+def rotate_api(node: Node, runner_id: str | None = None) -> httpx.Response:
+    return node.admin.post(f"/api/admin/runners/{runner_id or node.id}/rotate-token")
+
+
+def same_instance(node: Node, machine: Machine, token: str) -> Machine:
+    """``machine``'s instance and epoch, sending ``token``."""
+    made = node.machine(machine.instance, token)
+    made.epoch = machine.epoch
+    return made
+
+
+def works(machine: Machine) -> bool:
+    response = machine.post("admit", {"id": str(uuid.uuid4())})
+    if response.status_code == 403:
+        assert_machine_error(response, 403, "runner_unauthorized")
+        return False
+    assert_machine_ok(response)
+    return True
+
+
+def test_an_admin_rotation_is_said_to_the_held_poll_and_the_next_token_promotes_at_first_use(node: Node) -> None:
+    machine = node.machine()
+    assert "rotate" not in assert_machine_ok(machine.poll(features="rotate-v1"))
+    created = node.summary()["createdAt"]
+    before = node.summary()
+    assert (before["tokenIssuedAt"], before["rotationPending"], before["tokenNextReplacedAt"]) == (created, False, None)
+    held = node.held_poll(machine)
+    asked = rotate_api(node)
+    assert (asked.status_code, asked.json()) == (200, {"ok": True}), asked.text
+    polled = assert_machine_ok(held.result(10))
+    assert (polled["commands"], polled["rotate"]) == ([], True), "the held poll ends at once, saying so"
+    assert rotate_api(node).json() == {"ok": True}, "repeated"
+    assert node.summary()["rotationPending"] is True
+
+    node.clock.advance(3)
+    rotated = assert_machine_ok(machine.post("rotate", {}))
+    assert set(rotated) == {"token", "issuedAt"} and rotated["issuedAt"] == node.clock.now_ms()
+    new = rotated["token"]
+    assert re.fullmatch(r"[A-Za-z0-9_-]{43}", new) and new != node.token
+    assert works(machine), "the old token works until the new one is first used"
+    assert node.summary()["tokenIssuedAt"] == created
+
+    node.clock.advance(2)
+    renamed = same_instance(node, machine, new)
+    assert works(renamed), "the next token promotes"
+    after = node.summary()
+    assert (after["tokenIssuedAt"], after["rotationPending"]) == (node.clock.now_ms(), False)
+    assert not works(machine), "the old token is refused once the new one was used"
+    assert "rotate" not in assert_machine_ok(renamed.poll(reset=True, features="rotate-v1"))
+    assert assert_machine_ok(renamed.poll(features="rotate-v1"), "epoch")["epoch"] == renamed.epoch
+    # a second replica's promotion finds it done and passes; an unknown token does not
+    registry = node.server.hub.registry
+    assert registry.promote(node.id, new) is not None
+    assert registry.promote(node.id, node.token) is None
+    listed = node.admin.get("/api/admin/runners").text
+    assert new not in listed and node.token not in listed
+
+
+def test_rotate_needs_rotate_v1_a_due_rotation_and_an_empty_body(node: Node) -> None:
+    machine = node.machine()
+    assert_machine_ok(machine.poll(features="drain-v1"))
+    assert rotate_api(node).status_code == 200
+    assert_machine_error(machine.post("rotate", {}), 409, "runner_feature_required")
+    assert "rotate" not in assert_machine_ok(machine.poll(reset=True, features="drain-v1")), "not offered: not said"
+    other = node.machine()
+    assert_machine_ok(other.poll(features="rotate-v1"))
+    assert_machine_error(other.post("rotate", {"token": "x"}), 400, "invalid_json")
+    assert works(other)
+    assert_machine_ok(other.post("rotate", {}))
+    # once the next token was used, no rotation is due
+    promoted = assert_machine_ok(other.post("rotate", {}))["token"]
+    user = same_instance(node, other, promoted)
+    assert works(user)
+    assert_machine_error(user.post("rotate", {}), 409, "runner_rotation_not_due")
+
+
+def test_a_second_rotate_replaces_the_unused_next_shows_it_and_disabling_ends_both(node: Node) -> None:
+    machine = node.machine()
+    assert_machine_ok(machine.poll(features="rotate-v1"))
+    assert rotate_api(node).status_code == 200
+    first = assert_machine_ok(machine.post("rotate", {}))["token"]
+    assert node.summary()["tokenNextReplacedAt"] is None
+    node.clock.advance(1)
+    second = assert_machine_ok(machine.post("rotate", {}))["token"]
+    assert node.summary()["tokenNextReplacedAt"] == node.clock.now_ms(), "a second party rotating is visible"
+    assert not works(same_instance(node, machine, first)), "the replaced next token"
+    assert works(same_instance(node, machine, second))
+    assert node.admin.delete(f"/api/admin/runners/{node.id}").status_code == 200
+    for token in (node.token, second):
+        assert_machine_error(same_instance(node, machine, token).poll(), 403, "runner_unauthorized")
+    assert rotate_api(node).status_code == 404, "a disabled runner cannot be asked"
+
+
+def test_an_unused_next_token_is_dropped_after_the_overlap(node: Node) -> None:
+    machine = node.machine()
+    assert_machine_ok(machine.poll(features="rotate-v1"))
+    assert rotate_api(node).status_code == 200
+    new = assert_machine_ok(machine.post("rotate", {}))["token"]
+    node.clock.advance(86_400 - 0.001)  # a day: the admin's session has expired, so the record is read directly
+    record = node.server.hub.registry.get(node.id)
+    assert record is not None and record.next_live(node.clock.now_ms(), 86_400_000)
+    node.clock.advance(0.001)
+    assert_machine_error(same_instance(node, machine, new).poll(reset=True), 403, "runner_unauthorized")
+    assert assert_machine_ok(machine.poll(reset=True, features="rotate-v1"))["rotate"] is True, "still asked"
+    again = assert_machine_ok(machine.post("rotate", {}))["token"]
+    record = node.server.hub.registry.get(node.id)
+    assert record is not None and record.token_next_replaced_at is None, "a dropped next is not reported as replaced"
+    assert works(same_instance(node, machine, again))
+
+
+def test_rotation_by_age(
+    backend_database: BackendDatabase, make_hub: Callable[..., HubServer], clock: ManualClock
+) -> None:
+    node = Node(make_hub(**backend_database.settings(), runners_token_rotate_after_s=5), clock)
+    try:
+        machine = node.machine()
+        assert "rotate" not in assert_machine_ok(machine.poll(features="rotate-v1"))
+        clock.advance(4.999)
+        assert "rotate" not in assert_machine_ok(machine.poll(reset=True, features="rotate-v1"))
+        assert node.summary()["rotationPending"] is False
+        clock.advance(0.001)
+        assert assert_machine_ok(machine.poll(reset=True, features="rotate-v1"))["rotate"] is True
+        assert node.summary()["rotationPending"] is True
+        new = assert_machine_ok(machine.post("rotate", {}))["token"]
+        renamed = same_instance(node, machine, new)
+        assert works(renamed)
+        assert "rotate" not in assert_machine_ok(renamed.poll(reset=True, features="rotate-v1")), "a fresh token"
+        clock.advance(5)
+        assert assert_machine_ok(renamed.poll(reset=True, features="rotate-v1"))["rotate"] is True
+    finally:
+        node.server.call(_disconnect(node.server, node.id))
+        node.close()
+
+
+def test_rotation_requests_for_unknown_and_other_tenants_runners_and_the_command_line(
+    node: Node, backend_database: BackendDatabase
+) -> None:
+    import subprocess
+    import sys
+
+    assert rotate_api(node, UNKNOWN_RUNNER).status_code == 404
+    other = admin_of(node.server, "eve", tenant="other")
+    try:
+        refused = other.post(f"/api/admin/runners/{node.id}/rotate-token")
+        assert (refused.status_code, refused.json()["code"]) == (404, "not_found")
+    finally:
+        other.close()
+    machine = node.machine()
+    assert "rotate" not in assert_machine_ok(machine.poll(features="rotate-v1"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TALARIA_")}
+    if backend_database.url:
+        env["TALARIA_DATABASE_URL"] = backend_database.url
+    command = [sys.executable, "-m", "talaria", "admin", "runners", "rotate-token", node.id,
+               "--data-dir", str(node.server.data_dir)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert (done.returncode, done.stdout.strip()) == (
+        0, f"rotation requested for runner {node.id}; it takes a new token at its next poll"
+    ), done.stderr  # fmt: skip
+    assert assert_machine_ok(machine.poll(reset=True, features="rotate-v1"))["rotate"] is True
+    unknown = subprocess.run([*command[:6], UNKNOWN_RUNNER, *command[7:]], capture_output=True, text=True, env=env,
+                             timeout=60, check=False)  # fmt: skip
+    assert unknown.returncode == 1 and f"no enabled runner {UNKNOWN_RUNNER}" in unknown.stderr

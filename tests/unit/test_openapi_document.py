@@ -59,8 +59,9 @@ def test_the_document_covers_the_web_api_and_the_operations_routes_only(document
     assert {p for p in paths if not p.startswith("/api/")} == {"/healthz", "/readyz", "/metrics"}
     assert not any(p.startswith(("/api/runner/", "/internal/")) for p in paths)
     # 29, five bot and four conversation routes, the live stream, messages, four turn and two attachment routes,
-    # team tools' two team and four goal routes (team-tools.md 11), and a runner's drain (operations.md 3.1)
-    assert len(operations(document)) == 53
+    # team tools' two team and four goal routes (team-tools.md 11), a runner's drain and its token's
+    # rotation (operations.md 3.1, 4.1)
+    assert len(operations(document)) == 54
     assert {"/api/teams", "/api/teams/{team_id}", "/api/goals", "/api/goals/{goal_id}", "/api/goals/{goal_id}/criteria",
             "/api/goals/{goal_id}/stop"} <= paths  # fmt: skip
 

@@ -363,6 +363,9 @@ SPEC_STATUS = {
     "runner_call_limit": 429,
     # operations.md 8
     "runner_draining": 503,
+    "hub_draining": 503,
+    "runner_rotation_not_due": 409,
+    "runner_feature_required": 409,
 }  # fmt: skip
 
 

@@ -10,6 +10,9 @@ answers new work (a ``gateway.open`` neither cleanup-only nor ``recovery``, ``gr
 with ``runner_draining`` before ``admit``, and stops once nothing executes and no channel or grant is open, or when
 ``drain_timeout_s`` passes (0: never), as a stop on request (exit 0).
 
+With ``rotate-v1`` (operations.md 4.2, ADR 0059) a poll answer's ``rotate: true`` makes the runner call ``rotate``,
+write the new token to ``credential.json`` and only then use it; ``runner credential rotated`` once the hub accepts it.
+
 Status lines on stderr: ``runner connected`` when a new epoch is adopted, ``runner disconnected:
 <reason>`` on a local disconnect caused by an error, ``runner draining``, ``runner drained`` and ``runner drain timed
 out: <n> channels open``, ``runner: <code>: <advice>`` before a stop for good
@@ -33,6 +36,7 @@ from talaria.hermes.rest import HermesRest
 from talaria.runner import limits
 from talaria.runner.compaction import Compactor
 from talaria.runner.config import RunnerConfig
+from talaria.runner.credential import CredentialFile
 from talaria.runner.errors import CommandError
 from talaria.runner.executor import Executor
 from talaria.runner.gateway import Gateways
@@ -45,6 +49,7 @@ from talaria.timeouts import within
 GRACE_S = 10.0
 GOODBYE_S = 2.0
 DRAIN_TIMEOUT_S = 900.0  # --drain-timeout's default
+ROTATE_EVERY_S = 60.0  # operations.md 4.2: rotate at most once a minute
 DRAIN_CHECK_S = 0.1  # how often a drain looks whether the runner is drained
 DRAINING = CommandError("runner_draining", "the execution node is draining; it takes no new work")
 MAX_BACKOFF_S = 30.0
@@ -73,6 +78,7 @@ class Agent:
         failover_window_s: float = RETRY_WINDOW_S,
         monotonic: Callable[[], float] = time.monotonic,
         drain_timeout_s: float = DRAIN_TIMEOUT_S,
+        credential: CredentialFile | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -80,8 +86,13 @@ class Agent:
         self.instance = str(uuid.uuid4())
         self.failover_window_s = failover_window_s
         self._monotonic = monotonic
-        self.hub = HubClient(config.server_url, Identity(config.runner_id, config.token, self.instance), wire=hub_wire,
-                             retry_window_s=failover_window_s, monotonic=monotonic)  # fmt: skip
+        self.credential = credential
+        token = credential.token if credential is not None else config.token
+        self.hub = HubClient(config.server_url, Identity(config.runner_id, token, self.instance), wire=hub_wire,
+                             retry_window_s=failover_window_s, monotonic=monotonic, credential=credential,
+                             say=self.say)  # fmt: skip
+        self._rotation: asyncio.Task[None] | None = None
+        self._rotated_at: float | None = None  # monotonic time of the last rotate sent
         self.polls_ridden_out = 0  # poll failures that did not disconnect (failover-v1)
         self.receipts = receipts
         self._rest: HermesRest | None = None  # made on first use: no Hermes request before the first poll
@@ -89,6 +100,8 @@ class Agent:
         self.connected = False
         self.disconnects = 0
         self.features = ["team-tools-v1", "failover-v1", "drain-v1"] + (["export-v1"] if config.artifact_roots else [])
+        if credential is not None:  # rotation needs credential.json's directory (operations.md 4.2)
+            self.features.append("rotate-v1")
         self.drain_timeout_s = drain_timeout_s
         self.draining = False
         self.drained = False  # the drain ended with nothing open (not by its timeout)
@@ -163,7 +176,7 @@ class Agent:
                 except asyncio.CancelledError:
                     if self._stop.is_set():
                         break
-                    if self._repoll:  # a drain began: poll again at once, saying so
+                    if self._repoll:  # a drain began or the token changed: poll again at once
                         self._repoll = False
                         continue
                     raise
@@ -193,6 +206,8 @@ class Agent:
                     self.say("runner connected")
                 if answer.get("drain") is True:
                     self.request_drain()
+                if answer.get("rotate") is True:
+                    self._rotate_soon(answer["epoch"])
                 for command in answer["commands"]:
                     self._submit(command, answer["epoch"])
         finally:
@@ -228,6 +243,39 @@ class Agent:
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await within(self._stop.wait(), seconds)
+
+    def _rotate_soon(self, epoch: str) -> None:
+        """Operations.md 4.2: ``rotate: true`` in a poll answer; at most once a minute, never while the token in use
+        is unconfirmed (the hub has not yet answered a request made with it)."""
+        credential = self.credential
+        if credential is None or credential.credential.unconfirmed:
+            return
+        if self._rotation is not None and not self._rotation.done():
+            return
+        now = self._monotonic()
+        if self._rotated_at is not None and now - self._rotated_at < ROTATE_EVERY_S:
+            return
+        self._rotated_at = now
+        self._rotation = asyncio.get_running_loop().create_task(self._rotate(credential, epoch))
+
+    async def _rotate(self, credential: CredentialFile, epoch: str) -> None:
+        try:
+            answer = await self.hub.post("rotate", epoch, {})
+        except HubError as exc:  # the old token stays; the hub asks again at a later poll
+            self.say(f"runner credential rotation failed: {exc.code}")
+            return
+        token, issued = (answer.get("token"), answer.get("issuedAt")) if isinstance(answer, dict) else (None, None)
+        if not isinstance(token, str) or type(issued) is not int:
+            self.say("runner credential rotation failed: the hub's answer is malformed")
+            return
+        try:
+            await asyncio.to_thread(credential.adopt, token, issued)
+        except (OSError, ValueError) as exc:
+            self.say(f"runner credential rotation failed: cannot write {credential.path}: {exc}")
+            return
+        self.hub.switch_token(token)  # only now: the file holds it; the first 200 with it confirms it
+        if self._poll is not None and self._poll.cancel():  # poll again at once with it, so that it promotes now
+            self._repoll = True
 
     def request_drain(self) -> None:
         """SIGQUIT or the hub's ``drain: true``: take no new work, stop once drained. Again, or while stopping:
@@ -288,6 +336,8 @@ class Agent:
     async def _shutdown(self) -> None:
         if self._drain is not None and not self._drain.done():
             self._drain.cancel()
+        if self._rotation is not None:
+            self._rotation.cancel()  # safe at any step: the old token, or the written new one, still works
         await self.compactor.stop()
         if not self._stop_now:
             await self.executor.drain(GRACE_S)

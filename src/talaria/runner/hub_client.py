@@ -8,7 +8,8 @@ through the lean ``WireClient``; only a non-loopback hub behind a proxy from the
 ``hub_features`` is what the last poll answer's ``X-Hub-Features`` listed; a feature is used only while it is
 listed. With ``failover-v1`` (scale.md 3.5) a poll's read timeout is 17 s (the 15 s hold + 2 s), and ``admit``,
 ``result``, ``event`` and ``tool`` posts failing by transport are sent again, the same body, after 0.25 s doubling
-to 2 s (full jitter), until ``retry_window_s`` (20 s) after the first send.
+to 2 s (full jitter), until ``retry_window_s`` (20 s) after the first send. With a ``credential`` (rotate-v1,
+operations.md 4.2) a 403 ``runner_unauthorized`` is sent once more with the token now in use, or with ``previous``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from talaria.release import user_agent
+from talaria.runner.credential import CredentialFile
 from talaria.wire import WireClient, WireError, WireReply
 
 REQUEST_TIMEOUT_S = 25.0
@@ -162,8 +164,11 @@ class HubClient:
     def __init__(
         self, server_url: str, identity: Identity, *, wire: Wire | None = None, retry_window_s: float = RETRY_WINDOW_S,
         monotonic: Callable[[], float] = time.monotonic, delays: Callable[[], Callable[[], float]] = retry_delays,
+        credential: CredentialFile | None = None, say: Callable[[str], None] = lambda line: None,
     ) -> None:  # fmt: skip
         self.identity = identity
+        self.credential = credential  # rotate-v1 (operations.md 4.2): the token in use is its token
+        self._say = say
         self.wire = wire or hub_wire(server_url, identity.runner_id)
         self.hub_features: frozenset[str] = frozenset()
         self.retry_window_s = retry_window_s
@@ -181,7 +186,6 @@ class HubClient:
 
     def _headers(self, epoch: str | None) -> dict[str, str]:
         headers = {
-            "Authorization": f"Bearer {self.identity.token}",
             "X-Runner-Instance": self.identity.instance,
             "X-Runner-Protocol": "1",
         }
@@ -189,9 +193,51 @@ class HubClient:
             headers["X-Runner-Epoch"] = epoch
         return headers
 
+    def switch_token(self, token: str) -> None:
+        """Use ``token`` from the next request on (a rotation wrote it to ``credential.json`` first)."""
+        self.identity.token = token
+
     async def _send(
         self, method: str, op: str, headers: dict[str, str], body: Any = None, *, timeout: float | None = None
     ) -> tuple[Any, dict[str, str]]:
+        """One request with the token in use. Operations.md 4.2: a 403 ``runner_unauthorized`` to a request sent
+        with a token no longer in use is sent once more with the one in use; one to the token in use while
+        ``previous`` is set is sent once more with ``previous``, which becomes the token if the hub accepts it."""
+        token = self.identity.token
+        try:
+            answer = await self._attempt(method, op, headers, body, token, timeout)
+        except HubError as exc:
+            if exc.status != 403 or exc.code != "runner_unauthorized":
+                raise
+            if token != self.identity.token:
+                token = self.identity.token
+                answer = await self._attempt(method, op, headers, body, token, timeout)
+            elif self.credential is not None and self.credential.previous is not None:
+                previous = self.credential.previous
+                answer = await self._attempt(method, op, headers, body, previous, timeout)
+                self._fell_back(previous)
+                return answer
+            else:
+                raise
+        if self.credential is not None and token == self.credential.token and self.credential.confirm():
+            self._say("runner credential rotated")
+        return answer
+
+    def _fell_back(self, previous: str) -> None:
+        if self.credential is None or self.identity.token == previous:
+            return
+        self.identity.token = previous
+        try:
+            self.credential.fall_back()
+        except OSError as exc:
+            self._say(f"runner: cannot write {self.credential.path}: {exc.strerror}; the previous token is in use")
+            return
+        self._say("runner credential restored: the hub refused the new token and accepted the previous one")
+
+    async def _attempt(
+        self, method: str, op: str, headers: dict[str, str], body: Any, token: str, timeout: float | None
+    ) -> tuple[Any, dict[str, str]]:
+        headers = headers | {"Authorization": f"Bearer {token}"}
         content = json.dumps(body).encode() if body is not None else None
         if content is not None:
             headers["Content-Type"] = "application/json"

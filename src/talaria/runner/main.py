@@ -14,6 +14,7 @@ from pathlib import Path
 from talaria.clock import SystemClock
 from talaria.runner.agent import DRAIN_TIMEOUT_S, Agent
 from talaria.runner.config import load_config
+from talaria.runner.credential import CredentialError, CredentialFile
 from talaria.runner.receipts import Receipts, ReceiptsError
 from talaria.runner.state_dir import StateDir, StateDirError
 from talaria.runner_json import ConfigError
@@ -41,6 +42,11 @@ def _run(config_path: Path, drain_timeout_s: float) -> int:
     for changed in state.tightened:
         print(f"talaria runner: made {changed} private (mode 0600)", file=sys.stderr)
     try:
+        try:
+            credential = CredentialFile.open(state.path, config.token)
+        except CredentialError as exc:
+            print(f"talaria runner: {exc}", file=sys.stderr)
+            return 2
         clock = SystemClock()
         try:
             receipts = Receipts(state.receipts_path, clock)
@@ -48,7 +54,8 @@ def _run(config_path: Path, drain_timeout_s: float) -> int:
             print(f"talaria runner: {exc}", file=sys.stderr)
             return 2
         with receipts:
-            return asyncio.run(_serve(config_path, Agent(config, receipts, clock, drain_timeout_s=drain_timeout_s)))
+            agent = Agent(config, receipts, clock, drain_timeout_s=drain_timeout_s, credential=credential)
+            return asyncio.run(_serve(config_path, agent))
     finally:
         state.close()
 

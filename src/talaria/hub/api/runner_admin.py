@@ -1,4 +1,5 @@
-"""Admin routes for execution nodes (runner-protocol.md 2): list, register, disable, drain (operations.md 3).
+"""Admin routes for execution nodes (runner-protocol.md 2): list, register, disable, drain (operations.md 3), rotate
+the token (operations.md 4).
 
 The token appears only in the 201 answer (and its ``config``, the runner.json the browser offers as a
 download); lists never hold it or its hash.
@@ -57,7 +58,13 @@ def _known(runner_id: str) -> None:
 
 
 def summary(hub: Hub, record: RunnerRecord) -> dict[str, Any]:
-    return record.record_json() | hub.runners.summary(record.id)
+    settings = hub.settings
+    rotation = record.rotation_json(
+        hub.clock.now_ms(),
+        overlap_ms=settings.runners_token_overlap_s * 1000,
+        rotate_after_ms=settings.runners_token_rotate_after_s * 1000,
+    )
+    return record.record_json() | rotation | hub.runners.summary(record.id)
 
 
 def _no_store(value: Any, status: int = 200) -> Response:
@@ -108,6 +115,18 @@ async def drain_runner(runner_id: RunnerId, admin: AdminDep, hub: HubDep) -> Res
         raise TalariaError("not_found", "no such runner")
     if not await hub.runners.drain(runner_id):
         raise TalariaError("runner_offline", "the execution node is not connected")
+    return _no_store({"ok": True})
+
+
+@router.post("/{runner_id}/rotate-token", openapi_extra=refusals("not_found"))
+async def rotate_runner_token(runner_id: RunnerId, admin: AdminDep, hub: HubDep) -> Response:
+    """Ask the node's runner to rotate its token (operations.md 4.1): its next poll answer says so and it takes a
+    new one. Repeating it changes nothing. Rotation retires old copies of the token; it does not lock out someone
+    who holds the current one (disable the node and register it again for that)."""
+    _known(runner_id)
+    if not await run_in_threadpool(hub.registry.request_rotation, runner_id, admin.account.tenant):
+        raise TalariaError("not_found", "no such runner")
+    hub.runners.end_hold(runner_id)
     return _no_store({"ok": True})
 
 

@@ -114,6 +114,11 @@ class RunnerHub:
         for hook in self.on_draining:
             hook(state.runner_id)
 
+    def end_hold(self, runner_id: str) -> None:
+        state = self.states.get(runner_id)
+        if state is not None and state.waiter is not None and not state.waiter.done():
+            state.waiter.set_result("released")
+
     def accepts_work(self, runner_id: str) -> bool:
         state = self.states.get(runner_id)
         return state is not None and state.draining_since is None

@@ -21,7 +21,8 @@ POLL_HOLD_S: Final = 15  # empty batch
 WATCHDOG_PERIOD_S: Final = 5
 OFFLINE_AFTER_S: Final = 35  # disconnect, 503 runner_offline
 ONLINE_WITHIN_S: Final = 35  # summary "online"
-FEATURES: Final = frozenset({"team-tools-v1", "export-v1", "failover-v1", "drain-v1"})  # echoed in X-Hub-Features
+# echoed in X-Hub-Features
+FEATURES: Final = frozenset({"team-tools-v1", "export-v1", "failover-v1", "drain-v1", "rotate-v1"})
 MAX_EVENT_SEQ: Final = 2**53 - 1  # failover-v1's per-connection event numbers (JSON-safe integers)
 
 

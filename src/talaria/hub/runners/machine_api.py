@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
+from starlette.concurrency import run_in_threadpool
 from starlette.types import Message, Receive, Scope, Send
 
 from talaria.canonical import canonical_json
@@ -30,6 +31,7 @@ from talaria.hub.runners.channels import Channels
 from talaria.hub.runners.connection_state import ConnState, EncodedResult
 from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
 from talaria.hub.runners.transport import RunnerTransport
+from talaria.settings import Settings
 
 
 class RequestObserver(Protocol):
@@ -50,6 +52,8 @@ class Hub(Protocol):
     def metrics(self) -> RequestObserver: ...
     @property
     def clients(self) -> ClientAddresses: ...
+    @property
+    def settings(self) -> Settings: ...
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ class Polled:
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 USER_AGENT = re.compile(r"talaria-runner/([0-9A-Za-z.+-]{1,64})")
 log = structlog.get_logger("talaria.hub")
+ROTATE = "rotate-v1"
 
 
 def _headers(scope: Scope) -> dict[str, str]:
@@ -134,7 +139,7 @@ def _tool_body(body: dict[str, Any]) -> bool:
     )
 
 
-def _goodbye_body(body: dict[str, Any]) -> bool:
+def _empty_body(body: dict[str, Any]) -> bool:
     return not body
 
 
@@ -159,6 +164,25 @@ async def _tool(hub: Hub, state: ConnState, body: dict[str, Any]) -> Any:
     return {"result": result}
 
 
+async def _rotate(hub: Hub, state: ConnState, body: dict[str, Any]) -> Any:
+    """Operations.md 4.1: a fresh token, returned once; its hash becomes the next one (an unused next is replaced,
+    logged and shown on the node's row). Only for a ``rotate-v1`` runner whose rotation is due."""
+    if ROTATE not in state.features:
+        raise TalariaError("runner_feature_required", "token rotation needs a runner that offers rotate-v1")
+    record = await run_in_threadpool(hub.registry.get, state.runner_id)
+    settings = hub.settings
+    now = hub.runners.clock.now_ms()
+    if record is None or not record.rotation_due(now, settings.runners_token_rotate_after_s * 1000):
+        raise TalariaError("runner_rotation_not_due", "no rotation of this runner's token is due")
+    issued = await run_in_threadpool(hub.registry.issue_next, state.runner_id, settings.runners_token_overlap_s * 1000)
+    if issued is None:
+        raise TalariaError("runner_unauthorized", "the runner was disabled or its token is invalid; register it again")
+    token, issued_at, replaced = issued
+    if replaced:
+        log.warning("runner_token_next_replaced", runner_id=state.runner_id)
+    return {"token": token, "issuedAt": issued_at}
+
+
 async def _goodbye(hub: Hub, state: ConnState, body: dict[str, Any]) -> Any:
     await hub.runners.disconnect(state.runner_id, "goodbye")
     return {"ok": True}
@@ -179,7 +203,8 @@ OPS: dict[str, Op] = {
     "result": Op("POST", _result_body, _result),
     "event": Op("POST", _event_body, _event),
     "tool": Op("POST", _tool_body, _tool),
-    "goodbye": Op("POST", _goodbye_body, _goodbye),
+    "goodbye": Op("POST", _empty_body, _goodbye),
+    "rotate": Op("POST", _empty_body, _rotate),
 }
 
 
@@ -221,16 +246,39 @@ def runner_version_of(user_agent: str | None) -> str | None:
     return match.group(1) if match else None
 
 
-async def _gate_record(hub: Hub, runner_id: str, headers: dict[str, str]) -> RunnerRecord:
-    """Gate 1: no Origin, an enabled record, the matching bearer (compared as SHA-256, constant time)."""
+async def _gate_record(hub: Hub, runner_id: str, headers: dict[str, str]) -> tuple[RunnerRecord, bool]:
+    """Gate 1: no Origin, an enabled record, the bearer matching the current or the unused next token (compared as
+    SHA-256, constant time). The first request with the next token promotes it (operations.md 4.1): the record, and
+    whether this request presented the next token."""
     record = hub.registry.get(runner_id)
     auth = headers.get("authorization", "")
     token = auth[7:] if auth.startswith("Bearer ") else None
     if record is not None and not record.enabled:
         await hub.runners.disconnect(runner_id, "disabled")
-    if "origin" in headers or record is None or not record.enabled or not token or not record.token_matches(token):
-        raise TalariaError("runner_unauthorized", "the runner was disabled or its token is invalid; register it again")
-    return record
+    if "origin" in headers or record is None or not record.enabled or not token:
+        raise _unauthorized()
+    overlap_ms = hub.settings.runners_token_overlap_s * 1000
+    presented = record.presented(token, now=hub.runners.clock.now_ms(), overlap_ms=overlap_ms)
+    if presented == "next":
+        promoted = await run_in_threadpool(hub.registry.promote, runner_id, token)
+        if promoted is None:
+            raise _unauthorized()
+        return promoted, True
+    if presented is None:
+        raise _unauthorized()
+    return record, False
+
+
+def _unauthorized() -> TalariaError:
+    return TalariaError("runner_unauthorized", "the runner was disabled or its token is invalid; register it again")
+
+
+def _rotation_asked(hub: Hub, runner_id: str, gated: RunnerRecord, answer: dict[str, Any]) -> bool:
+    """A poll answer's ``rotate: true`` (operations.md 4.1). An empty answer may end a held poll, so the record is
+    read again: a rotation asked for meanwhile is said at once (an answer with commands left at once)."""
+    record = hub.registry.get(runner_id) if not answer["commands"] else gated
+    rotate_after_ms = hub.settings.runners_token_rotate_after_s * 1000
+    return record is not None and record.rotation_due(hub.runners.clock.now_ms(), rotate_after_ms)
 
 
 async def _drain_request(hub: Hub, record: RunnerRecord, state: ConnState) -> None:
@@ -247,7 +295,7 @@ async def _handle(hub: Hub, headers: dict[str, str], receive: Receive, runner_id
     """The answer's value for one request (route and method already matched); refusals raise ``TalariaError``."""
     # The record read is a primary-key lookup done on the loop; the transport does its own store work (in memory
     # on the loop for SQLite, on worker threads for PostgreSQL).
-    record = await _gate_record(hub, runner_id, headers)
+    record, promoted = await _gate_record(hub, runner_id, headers)
     instance = headers.get("x-runner-instance", "")
     if not UUID.match(instance) or headers.get("x-runner-protocol") != "1":
         raise TalariaError("runner_protocol_mismatch", "this hub speaks runner protocol 1")
@@ -265,7 +313,11 @@ async def _handle(hub: Hub, headers: dict[str, str], receive: Receive, runner_id
         await _drain_request(hub, record, state)
     if op == "poll":
         echo = ",".join(sorted(limits.accepted_features(headers.get("x-runner-features"))))
-        return Polled(await hub.runners.poll(state, created), echo)
+        # a poll that promoted a token is answered at once, not held, so the runner learns its new token works
+        answer = await hub.runners.poll(state, created or promoted)
+        if ROTATE in state.features and _rotation_asked(hub, runner_id, record, answer):
+            answer["rotate"] = True
+        return Polled(answer, echo)
     body = _shape(op, await _read_body(headers, receive))
     handler = OPS[op].handler
     assert handler is not None

@@ -14,6 +14,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+
 from talaria.canonical import sha256_hex
 from talaria.clock import Clock
 from talaria.errors import TalariaError
@@ -32,6 +34,7 @@ from talaria.store.interface import Row, Store
 from talaria.text_rules import ONE_LINE_PATTERN, TextRefused, one_line
 
 SOURCE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+log = structlog.get_logger("talaria.runners")
 _FIELDS = ("name", "source", "allowedProfiles", "serverURL", "hermesURL", "artifactRoots", "allowInsecureLan")
 _URL = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s/?#@\\]+/?$"
 # The body ``parse_registration`` accepts, as the OpenAPI document shows it (ADR 0029).
@@ -90,6 +93,12 @@ class RunnerRecord:
     artifact_roots: tuple[str, ...]
     allow_insecure_lan: bool
     drain_requested_at: int | None = None  # `talaria admin runners drain` on SQLite (operations.md 3.1)
+    # credential rotation (operations.md 4.1); a record older than rotation counts its token from created_at
+    token_issued_at: int | None = None
+    token_next_hash: str | None = None
+    token_next_issued_at: int | None = None
+    token_next_replaced_at: int | None = None
+    rotate_requested_at: int | None = None
 
     @classmethod
     def from_row(cls, row: Row) -> RunnerRecord:
@@ -107,10 +116,46 @@ class RunnerRecord:
             artifact_roots=tuple(json.loads(row["artifact_roots"])),
             allow_insecure_lan=bool(row["allow_insecure_lan"]),
             drain_requested_at=row.get("drain_requested_at"),
+            token_issued_at=row.get("token_issued_at"),
+            token_next_hash=row.get("token_next_hash"),
+            token_next_issued_at=row.get("token_next_issued_at"),
+            token_next_replaced_at=row.get("token_next_replaced_at"),
+            rotate_requested_at=row.get("rotate_requested_at"),
         )
 
-    def token_matches(self, token: str) -> bool:
-        return hmac.compare_digest(sha256_hex(token), self.token_hash)
+    @property
+    def token_issued(self) -> int:
+        """When the current token was issued (``tokenIssuedAt``)."""
+        return self.token_issued_at if self.token_issued_at is not None else self.created_at
+
+    def next_live(self, now: int, overlap_ms: int) -> bool:
+        """An unused next token was issued less than ``runners.token_overlap_s`` ago."""
+        issued = self.token_next_issued_at
+        return self.token_next_hash is not None and issued is not None and now - issued < overlap_ms
+
+    def presented(self, token: str, *, now: int, overlap_ms: int) -> str | None:
+        """Gate 1 (operations.md 4.1): ``current``, ``next`` (an unused next token not yet dropped) or None. Both
+        hashes are compared in constant time whatever the first gave."""
+        digest = sha256_hex(token)
+        current = hmac.compare_digest(digest, self.token_hash)
+        following = hmac.compare_digest(digest, self.token_next_hash or "")
+        if current:
+            return "current"
+        return "next" if following and self.next_live(now, overlap_ms) else None
+
+    def rotation_due(self, now: int, rotate_after_ms: int) -> bool:
+        """An admin asked, or ``runners.token_rotate_after_s`` (``rotate_after_ms`` > 0) has passed since issue."""
+        return self.rotate_requested_at is not None or (0 < rotate_after_ms <= now - self.token_issued)
+
+    def rotation_json(self, now: int, *, overlap_ms: int, rotate_after_ms: int) -> dict[str, Any]:
+        """What the node's row shows of rotation (never a hash): the token's age, whether a rotation is pending
+        (asked for, due by age, or a next token issued and unused), and when an unused next was last replaced."""
+        pending = self.rotation_due(now, rotate_after_ms) or self.next_live(now, overlap_ms)
+        return {
+            "tokenIssuedAt": self.token_issued,
+            "rotationPending": self.enabled and pending,
+            "tokenNextReplacedAt": self.token_next_replaced_at,
+        }
 
     def record_json(self) -> dict[str, Any]:
         """The stored record without ``tokenHash``."""
@@ -248,6 +293,38 @@ class RunnerRegistry:
         """The request was applied or dropped (a newer request stays)."""
         with self.store.write() as tx:
             tx.run("runner_drain_request_clear", id=runner_id, requested_at=requested_at)
+
+    def request_rotation(self, runner_id: str, tenant: str) -> bool:
+        """An admin asks the runner to rotate its token (operations.md 4.1); False: no enabled runner of that id in
+        the tenant. Repeating it changes nothing."""
+        with self.store.write() as tx:
+            return tx.run("runner_rotate_request", id=runner_id, tenant=tenant, now=self.clock.now_ms()) == 1
+
+    def issue_next(self, runner_id: str, overlap_ms: int) -> tuple[str, int, bool] | None:
+        """The rotate op: a fresh token made as at registration, its hash stored as the next one. Returns the
+        token, its issue time and whether it replaced an unused next (None: the runner is disabled)."""
+        token = secrets.token_urlsafe(32)
+        with self.store.write() as tx:
+            now = self.clock.now_ms()
+            row = tx.one("runner_token_next_set", id=runner_id, next_hash=sha256_hex(token), now=now,
+                         expired_before=now - overlap_ms)  # fmt: skip
+        if row is None:
+            return None
+        return token, now, row["token_next_replaced_at"] == now
+
+    def promote(self, runner_id: str, token: str) -> RunnerRecord | None:
+        """The first request with the next token makes it current (one conditional update). A request whose update
+        finds it promoted already (another replica won) passes too; None: neither current nor next any more."""
+        digest = sha256_hex(token)
+        with self.store.write() as tx:
+            promoted = tx.one("runner_token_promote", id=runner_id, next_hash=digest, now=self.clock.now_ms())
+            row = tx.one("runner_get", id=runner_id)
+        record = RunnerRecord.from_row(row) if row else None
+        if record is None or not record.enabled or not hmac.compare_digest(digest, record.token_hash):
+            return None
+        if promoted is not None:
+            log.info("runner_token_rotated", runner_id=runner_id)
+        return record
 
     def all(self, tenant: str) -> list[RunnerRecord]:
         with self.store.read() as tx:

@@ -316,6 +316,11 @@ class SharedRunnerHub:
         for hook in self.on_draining:
             hook(runner_id)
 
+    def end_hold(self, runner_id: str) -> None:
+        waiter = self._waiters.get(runner_id)
+        if waiter is not None:
+            waiter.wake("released")
+
     def accepts_work(self, runner_id: str) -> bool:
         row = self._row(runner_id)
         return row is not None and row["draining_since"] is None
@@ -379,7 +384,7 @@ class SharedRunnerHub:
                     await within(waiter.event.wait(), wait)
                 if waiter.reason == "shutdown":
                     raise TalariaError("hub_shutting_down", "the hub is shutting down; retry")
-                if waiter.reason == "superseded":
+                if waiter.reason in ("superseded", "released"):
                     return empty
                 if waiter.reason == "disabled":
                     raise self._gone(runner_id, "disabled")

@@ -61,6 +61,11 @@ class RunnerTransport(Protocol):
         poll, whose answer then carries ``drain: true``. False when the runner is not connected."""
         ...
 
+    def end_hold(self, runner_id: str) -> None:
+        """Answer a poll of the runner held on this process now, with what is due (an admin asked it to rotate its
+        token, operations.md 4.1). A poll held on another replica ends with its hold."""
+        ...
+
     def accepts_work(self, runner_id: str) -> bool:
         """Connected and not draining: new work (a job, a chat turn) may start there."""
         ...

@@ -48,3 +48,26 @@ def test_a_newer_additive_step_lets_the_hub_run(tmp_path: Path, backend_database
         assert '"database_newer_than_release"' in hub.stderr()
     finally:
         hub.close()
+
+
+def test_a_running_hub_is_unready_once_a_newer_release_changes_the_schema_in_a_way_it_cannot_use(
+    tmp_path: Path, backend_database: BackendDatabase
+) -> None:
+    """Operations.md 5.4: ``/readyz`` answers 200 for this release's schema or a newer additive one, else 503."""
+    import httpx
+
+    upgraded_by_a_newer_release(tmp_path, backend_database, additive=True)
+    hub = HubProcess(tmp_path, ["--port", "0"], environment(tmp_path, backend_database))
+    try:
+        url = hub.ready()[1]
+        assert httpx.get(f"{url}/readyz", timeout=10).json() == {"ok": True}
+        settings = Settings(data_dir=tmp_path / "data", **backend_database.settings())
+        version = len(migrations.available("sqlite", "team")) + 2
+        raw_sql(settings, "UPDATE schema_version SET version = ? WHERE migration_set = 'team'", version)
+        raw_sql(settings, "INSERT INTO schema_step (migration_set, version, additive) VALUES ('team', ?, 0)", version)
+        answer = httpx.get(f"{url}/readyz", timeout=10)
+        assert (answer.status_code, answer.json()["code"]) == (503, "store_unavailable"), answer.text
+        assert "newer release" in answer.json()["error"]
+        assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200
+    finally:
+        hub.close()

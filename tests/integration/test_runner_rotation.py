@@ -185,7 +185,7 @@ def test_a_rotation_killed_at_any_step_leaves_a_working_credential(env: Env, cra
     assert accepted(env, old), "nothing promoted yet"
 
     restarted = start(env)
-    assert not any(p.name.startswith(".credential-") for p in directory.iterdir()), "a crash's leftover is removed"
+    assert not any((directory / name).exists() for name in leftovers), "a crash's leftover is removed"
     if crash_at == "renamed":  # the new token promotes at the first request; nothing is asked any more
         wait_until(lambda: accepted(env, new), timeout=10, what="the new token to promote")
         assert credential(env) == {"token": new, "issuedAt": credential(env)["issuedAt"], "previous": old}

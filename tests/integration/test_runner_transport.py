@@ -1250,3 +1250,96 @@ def test_rotation_requests_for_unknown_and_other_tenants_runners_and_the_command
     unknown = subprocess.run([*command[:6], UNKNOWN_RUNNER, *command[7:]], capture_output=True, text=True, env=env,
                              timeout=60, check=False)  # fmt: skip
     assert unknown.returncode == 1 and f"no enabled runner {UNKNOWN_RUNNER}" in unknown.stderr
+
+
+# --- the hub's metrics (operations.md 5.1; scenario 9.12, the hub's half) ------------------------------------------
+
+HUB_METRICS = {
+    # name: (type, label names of its samples)
+    "talaria_http_requests": ("counter", {"door", "status"}),
+    "talaria_http_request_seconds": ("histogram", {"door"}),
+    "talaria_job_signals": ("counter", {"signal"}),
+    "talaria_runtime_rejections": ("counter", {"code"}),
+    "talaria_runner_commands": ("counter", {"outcome"}),
+    "talaria_runner_command_seconds": ("histogram", set()),
+    "talaria_runners_online": ("gauge", set()),
+    "talaria_runner_commands_pending": ("gauge", set()),
+    "talaria_build_info": ("gauge", {"version", "backend", "replica"}),
+    "talaria_jobs": ("gauge", {"state"}),
+    "talaria_dispatcher_turns_running": ("gauge", set()),
+    "talaria_runners_draining": ("gauge", set()),
+    "talaria_runner_polls_held": ("gauge", set()),
+    "talaria_hub_draining": ("gauge", set()),
+    "talaria_store_transaction_seconds": ("histogram", {"mode"}),
+    "talaria_store_unavailable": ("counter", set()),
+    "talaria_runner_token_rotations": ("counter", set()),
+}
+POSTGRES_METRICS = {
+    "talaria_db_pool_connections": ("gauge", {"state"}),
+    "talaria_wake_fallback": ("counter", {"channel"}),
+    "talaria_notify_sent": ("counter", {"channel"}),
+    "talaria_role_lease_held": ("gauge", {"role"}),
+    "talaria_audit_unsealed": ("gauge", set()),
+    "talaria_audit_seal_lag_seconds": ("histogram", set()),
+    "talaria_clock_skew_seconds": ("gauge", set()),
+}
+
+
+def scraped(node: Node) -> dict[str, Any]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {family.name: family for family in text_string_to_metric_families(metrics_text(node.server))}
+
+
+def sample(found: dict[str, Any], name: str, **labels: str) -> float:
+    family = found[re.sub(r"_(total|count|sum|bucket)$", "", name)]
+    values = [
+        s.value for s in family.samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
+    assert values, (name, labels, family.samples)
+    return float(sum(values))
+
+
+def test_the_hub_s_metrics_names_labels_and_the_runner_door(node: Node, backend_database: BackendDatabase) -> None:
+    machine = node.machine()
+    assert_machine_ok(machine.poll(features="rotate-v1,drain-v1"))
+    held = node.held_poll(machine)
+    found = scraped(node)
+    assert sample(found, "talaria_runner_polls_held") == 1
+    assert rotate_api(node).status_code == 200
+    assert_machine_ok(held.result(10))
+    new = assert_machine_ok(machine.post("rotate", {}))["token"]
+    assert works(same_instance(node, machine, new))
+    assert drain_api(node).status_code == 200
+    found = scraped(node)
+    expected = HUB_METRICS | (POSTGRES_METRICS if backend_database.url else {})
+    for name, (kind, labels) in expected.items():
+        assert name in found and found[name].type == kind, (name, found.get(name))
+        for one in found[name].samples:
+            assert set(one.labels) - {"le"} == labels, (name, one)
+    if not backend_database.url:
+        assert not set(POSTGRES_METRICS) & set(found), "PostgreSQL's metrics only on PostgreSQL"
+    build = found["talaria_build_info"].samples[0]
+    assert build.labels["backend"] == ("postgresql" if backend_database.url else "sqlite") and build.value == 1
+    assert sample(found, "talaria_http_requests_total", door="runner", status="200") >= 4
+    assert sample(found, "talaria_http_request_seconds_count", door="runner") >= 4
+    assert sample(found, "talaria_http_requests_total", door="api", status="200") >= 2, "the admin's requests"
+    assert sample(found, "talaria_runner_token_rotations_total") == 1
+    assert sample(found, "talaria_runners_draining") == 1 and sample(found, "talaria_hub_draining") == 0
+    assert sample(found, "talaria_runner_polls_held") == 0
+    assert {s.labels["state"] for s in found["talaria_jobs"].samples} == {
+        "QUEUED", "LEASED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"
+    }  # fmt: skip
+    assert sample(found, "talaria_store_transaction_seconds_count", mode="write") >= 1
+    assert sample(found, "talaria_store_transaction_seconds_count", mode="read") >= 1
+    if backend_database.url:
+        assert sample(found, "talaria_role_lease_held", role="maintenance") == 1
+        assert sample(found, "talaria_db_pool_connections", state="idle") >= 1
+        signals = node.server.hub.store.signals(listen=True)  # type: ignore[attr-defined]
+        signals.notify("talaria_runner", str(uuid.uuid4()))
+        wait_until(lambda: any(s.labels == {"channel": "talaria_runner"} and s.value >= 1
+                               for s in scraped(node)["talaria_notify_sent"].samples),
+                   timeout=5, what="the notification counted")  # fmt: skip
+    for family in found.values():  # no label holds an id
+        for one in family.samples:
+            assert node.id not in str(one.labels), one

@@ -69,6 +69,7 @@ class Replica:
         self._renewed_ms = 0
         self._checked_ms = 0
         self._skewed = False
+        self.last_skew_ms: int | None = None  # the last measured |clock - server's| (talaria_clock_skew_seconds)
         self._resigned = False  # a draining replica takes no role again
         self._roles: dict[str, int] = {}  # role -> when this replica last renewed it (ms)
         self._lock = threading.Lock()
@@ -81,7 +82,7 @@ class Replica:
         """Check the clock and register (before the hub serves); ``TalariaError`` ``clock_skew`` refuses a start."""
         if not self.clustered:
             return
-        skew = self.skew_ms()
+        skew = self.last_skew_ms = self.skew_ms()
         if skew > self._max_skew_ms:
             limit = self._max_skew_ms
             raise TalariaError("clock_skew", f"this host's clock differs from the database server's by {skew} ms "
@@ -128,6 +129,7 @@ class Replica:
 
     def _check_clock(self, now: int) -> None:
         skew = self.skew_ms()
+        self.last_skew_ms = skew
         self._checked_ms = now
         if (skew > self._max_skew_ms) != self._skewed:
             log.warning("replica_clock_skew" if not self._skewed else "replica_clock_back", replica=self.id,

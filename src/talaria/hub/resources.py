@@ -28,7 +28,7 @@ from talaria.hub.client_address import ClientAddresses
 from talaria.hub.dispatch.dispatcher import Dispatcher
 from talaria.hub.metrics import HubMetrics
 from talaria.hub.reaper import Reaper
-from talaria.hub.replica import Replica, new_replica_id
+from talaria.hub.replica import ROLES, Replica, new_replica_id
 from talaria.hub.runners.channels import Channels
 from talaria.hub.runners.connections import RunnerHub
 from talaria.hub.runners.registry import RunnerRegistry
@@ -47,6 +47,7 @@ from talaria.lifecycle.audit_key import AuditKey
 from talaria.lifecycle.audit_sealer import AuditSealer
 from talaria.lifecycle.engine import Engine
 from talaria.lifecycle.recovery import RecoveryReport
+from talaria.release import runner_version
 from talaria.settings import Settings
 from talaria.store import migrations
 from talaria.store.interface import Store
@@ -126,6 +127,13 @@ class Hub:
             self.chat_streams.sweep()
 
 
+def audit_unsealed(store: Store) -> dict[str, float]:
+    """How many audit events wait for PostgreSQL's sealer (``talaria_audit_unsealed``)."""
+    with store.read() as tx:
+        row = tx.one("audit_pending_count")
+    return {"n": float(row["n"]) if row else 0.0}
+
+
 def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None) -> Hub:
     """Open the store, apply pending migrations, run start-up recovery (lifecycle.md 10)."""
     timings = timings or HubTimings()
@@ -138,6 +146,7 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
             log.info("migrations_applied", applied=applied)
         engine = Engine(store, clock, settings)
         metrics = HubMetrics()
+        metrics.watch_store(store)
         engine.add_listener(metrics.on_signal)
         report = engine.recover()
         with store.write() as tx:
@@ -158,7 +167,7 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
     else:
         runners = RunnerHub(clock, Validity(store), observe=metrics.observe_command, timings=timings)
     metrics.watch_runners(runners)
-    registry = RunnerRegistry(store, clock)
+    registry = RunnerRegistry(store, clock, on_rotated=metrics.observe_rotation)
     channels = Channels(runners, {team_tools.WHOAMI_KIND: team_tools.from_descriptor})
     dispatcher = Dispatcher(
         engine=engine, store=store, clock=clock, settings=settings, registry=registry, runners=runners,
@@ -232,6 +241,14 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
     )
     hub.reaper = Reaper(hub.tick, settings.lifecycle_reaper_interval_s)
     hub.replica = replica
+    metrics.watch_hub(runner_version(), store.dialect, replica.id, lambda: len(dispatcher.running),
+                      lambda: hub.draining)  # fmt: skip
+    if store.dialect == "postgresql":
+        from talaria.store.postgres.store import PostgresStore
+
+        assert isinstance(store, PostgresStore)
+        metrics.watch_postgres(store.pool_connections, replica, ROLES, lambda: audit_unsealed(store))
+        store.signals(listen=settings.database_listen).on_sent = metrics.observe_notify
     if store.dialect == "postgresql":
         hub.sealer = AuditSealer(store, settings.audit_seal_interval_ms, may_seal=lambda: replica.holds("audit_sealer"),
                                  clock=clock, observe_lag=hub.metrics.audit_seal_lag.observe)  # fmt: skip

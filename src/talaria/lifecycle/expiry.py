@@ -140,5 +140,5 @@ def _expire_one_by_one(ctx: Context, actor: Actor, reason: str) -> int:
         try:
             done += ctx.write(one)
         except TalariaError as exc:
-            log.error("expiry_failed", job=row["id"], code=exc.code, error=exc.message)
+            log.error("expiry_failed", job_id=row["id"], code=exc.code, error=exc.message)
     return done

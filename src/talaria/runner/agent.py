@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import re
 import sys
 import time
 import uuid
@@ -33,6 +34,7 @@ from typing import Any, TextIO
 
 from talaria.clock import Clock
 from talaria.hermes.rest import HermesRest
+from talaria.release import runner_version
 from talaria.runner import limits
 from talaria.runner.compaction import Compactor
 from talaria.runner.config import RunnerConfig
@@ -43,17 +45,24 @@ from talaria.runner.gateway import Gateways
 from talaria.runner.grants import Grants
 from talaria.runner.http_kind import run_http
 from talaria.runner.hub_client import RETRY_WINDOW_S, HubClient, HubError, Identity, Wire, retry_delays
+from talaria.runner.metrics import Gauges, NodeMetrics
+from talaria.runner.metrics_listener import MetricsListener, Readiness
 from talaria.runner.receipts import Receipts, ReceiptsError
+from talaria.runner.status_log import StatusLog
 from talaria.timeouts import within
 
 GRACE_S = 10.0
 GOODBYE_S = 2.0
 DRAIN_TIMEOUT_S = 900.0  # --drain-timeout's default
+READY_POLL_S = 20.0  # /readyz: a poll answered within this long (operations.md 5.2)
+HERMES_KINDS = frozenset({"http", "gateway.open", "gateway.rpc"})  # commands whose success shows Hermes answered
+TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 ROTATE_EVERY_S = 60.0  # operations.md 4.2: rotate at most once a minute
 DRAIN_CHECK_S = 0.1  # how often a drain looks whether the runner is drained
 DRAINING = CommandError("runner_draining", "the execution node is draining; it takes no new work")
 MAX_BACKOFF_S = 30.0
 RIDDEN_OUT = frozenset({0, 502, 503, 504})  # poll failures failover-v1 rides out: transport, a proxy, a stopping hub
+EXIT_CONFIG = 2  # an invalid configuration (here: a --metrics-listen address that cannot be listened on)
 EXIT_TERMINAL = 3  # the hub refused this runner for good (TERMINAL_ADVICE): a service manager must not restart it
 EXIT_RECEIPTS_FAILED = 4  # a receipt could not be written: stopped rather than leave a command unanswered
 RECEIPTS_ADVICE = "the runner stops; free or repair the disk of its state directory, then start it again"
@@ -63,6 +72,12 @@ TERMINAL_ADVICE = {
     "runner_instance_retired": "another runner process replaced this one; stop the duplicate",
     "runner_instance_limit": "too many replaced runner processes; register the runner again",
 }
+
+
+def trace_of(command: dict[str, Any]) -> str | None:
+    """The trace id of a command's ``traceparent`` (trace-v1, operations.md 5.5), which is only logged."""
+    match = TRACEPARENT.match(str(command.get("traceparent", "")))
+    return match.group(1) if match else None
 
 
 class Agent:
@@ -79,11 +94,19 @@ class Agent:
         monotonic: Callable[[], float] = time.monotonic,
         drain_timeout_s: float = DRAIN_TIMEOUT_S,
         credential: CredentialFile | None = None,
+        log_format: str = "text",
+        metrics_listen: tuple[str, int] | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
         self.out = out
         self.instance = str(uuid.uuid4())
+        self.status = StatusLog(log_format, out=out, runner_id=config.runner_id)
+        self.status.instance = self.instance
+        self.metrics_listen = metrics_listen
+        self._listener: MetricsListener | None = None
+        self.last_poll_ok: float | None = None  # monotonic time of the last poll answered 200
+        self.hermes_up: bool | None = None  # what the last command that reached Hermes found
         self.failover_window_s = failover_window_s
         self._monotonic = monotonic
         self.credential = credential
@@ -99,7 +122,9 @@ class Agent:
         self.server_epoch: str | None = None
         self.connected = False
         self.disconnects = 0
-        self.features = ["team-tools-v1", "failover-v1", "drain-v1"] + (["export-v1"] if config.artifact_roots else [])
+        self.features = ["team-tools-v1", "failover-v1", "drain-v1", "trace-v1"]
+        if config.artifact_roots:
+            self.features.append("export-v1")
         if credential is not None:  # rotation needs credential.json's directory (operations.md 4.2)
             self.features.append("rotate-v1")
         self.drain_timeout_s = drain_timeout_s
@@ -145,7 +170,11 @@ class Agent:
             on_hub_error=self._hub_error,
             on_receipts_failure=self._receipts_failed,
             refuse=self._new_work_while_draining,
+            on_started=self._command_started,
+            on_answered=self._command_answered,
+            monotonic=monotonic,
         )
+        self.metrics = NodeMetrics(runner_version(), kinds=self.executor.handlers)
         self.compactor = Compactor(receipts, interval_s=compact_interval_s, on_failure=self._receipts_failed)
         self.connected_event = asyncio.Event()
         self._stop = asyncio.Event()
@@ -155,7 +184,60 @@ class Agent:
         self.receipts_failure: ReceiptsError | None = None
 
     def say(self, line: str) -> None:
-        print(line, file=self.out, flush=True)
+        self.status.say(line)
+
+    def _disconnected(self, code: str) -> None:
+        self.say(f"runner disconnected: {code}")
+        self.metrics.disconnected(code)
+
+    # --- logs and metrics (operations.md 5.2, 5.3) -------------------------------------------------------------
+
+    def _command_started(self, command: dict[str, Any]) -> None:
+        self.status.command("command_started", command_id=command["id"], kind=command.get("kind"),
+                            trace=trace_of(command))  # fmt: skip
+
+    def _command_answered(self, command: dict[str, Any], reply: dict[str, Any], seconds: float) -> None:
+        error = reply.get("error")
+        outcome = str(error.get("code")) if isinstance(error, dict) else "ok"
+        kind = command.get("kind")
+        self.metrics.command_done(kind, outcome, seconds)
+        if outcome == "hermes_unavailable":
+            self.hermes_up = False
+        elif outcome == "ok" and kind in HERMES_KINDS:
+            self.hermes_up = True
+        self.status.command("command_finished", command_id=command["id"], kind=kind, outcome=outcome,
+                            ms=round(seconds * 1000, 1), trace=trace_of(command))  # fmt: skip
+
+    def gauges(self) -> Gauges:
+        issued = self.credential.credential.issued_at if self.credential is not None else None
+        return Gauges(
+            connected=self.connected, draining=self.draining, hermes_up=self.hermes_up,
+            gateway_channels=len(self.gateways.channels), grants=len(self.grants.open_ids()),
+            token_age_seconds=max(0.0, (self.clock.now_ms() - issued) / 1000) if issued is not None else None,
+        )  # fmt: skip
+
+    def readiness(self) -> Readiness:
+        """``/readyz``: an adopted epoch and a poll answered within the last 20 s (operations.md 5.2)."""
+        if not self.connected or self.last_poll_ok is None:
+            return Readiness(False, "the runner is not connected to the hub")
+        if self._monotonic() - self.last_poll_ok > READY_POLL_S:
+            return Readiness(False, f"no poll succeeded in the last {READY_POLL_S:.0f} s")
+        return Readiness(True)
+
+    async def _listen(self) -> bool:
+        """``--metrics-listen``: False (exit 2) when the address cannot be listened on."""
+        if self.metrics_listen is None:
+            return True
+        listener = MetricsListener(lambda: self.metrics.render(self.gauges()), self.readiness)
+        host, port = self.metrics_listen
+        try:
+            url = await listener.start(host, port)
+        except OSError as exc:
+            self.say(f"talaria runner: --metrics-listen: cannot listen on {host}:{port}: {exc.strerror or exc}")
+            return False
+        self._listener = listener
+        self.say(f"runner metrics on {url}")
+        return True
 
     # --- the loop --------------------------------------------------------------------------------------------
 
@@ -163,6 +245,9 @@ class Agent:
         backoff = 0.0
         last_ok_sent: float | None = None  # when the last poll that succeeded was sent
         riding = retry_delays()
+        if not await self._listen():
+            await self.hub.close()
+            return EXIT_CONFIG
         try:
             self.compactor.start()
             while not self._stop.is_set():
@@ -181,6 +266,7 @@ class Agent:
                         continue
                     raise
                 except HubError as exc:
+                    self.metrics.polled(exc.code)
                     if exc.terminal:
                         self.say(f"runner: {exc.code}: {TERMINAL_ADVICE[exc.code]}")
                         self.exit_code = EXIT_TERMINAL
@@ -189,11 +275,13 @@ class Agent:
                         self.polls_ridden_out += 1
                         await self._pause(riding())
                         continue
-                    self.say(f"runner disconnected: {exc.code}")
+                    self._disconnected(exc.code)
                     await self.local_disconnect()
                     backoff = 1.0 if backoff == 0 else min(MAX_BACKOFF_S, backoff * 2)
                     await self._pause(random.uniform(0, backoff))  # noqa: S311 - jitter, not a secret
                     continue
+                self.metrics.polled("ok")
+                self.last_poll_ok = self._monotonic()
                 backoff = 0.0
                 riding = retry_delays()
                 last_ok_sent = sent
@@ -202,6 +290,8 @@ class Agent:
                 if answer["epoch"] != self.server_epoch:
                     await self.local_disconnect()
                     self.server_epoch, self.connected = answer["epoch"], True
+                    self.status.epoch = self.server_epoch
+                    self.metrics.epoch_changed()
                     self.connected_event.set()
                     self.say("runner connected")
                 if answer.get("drain") is True:
@@ -347,6 +437,8 @@ class Agent:
         self.executor.cancel_all()
         await self.local_disconnect()
         await self.hub.close()
+        if self._listener is not None:
+            await self._listener.close()
         if self._rest is not None:
             await self._rest.close()
 
@@ -367,7 +459,7 @@ class Agent:
         if exc.epoch is not None and exc.epoch != self.server_epoch:
             return
         if self.connected:
-            self.say(f"runner disconnected: {exc.code}")
+            self._disconnected(exc.code)
             await self.local_disconnect()
 
     # --- command kinds ---------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from talaria.release import version_line
+from talaria.runner.status_log import FORMATS
 
 
 def seconds(text: str) -> float:
@@ -24,6 +25,19 @@ def add_runner_options(parser: argparse.ArgumentParser) -> None:
     """The options of a running runner (operations.md 1.2), also taken by install-service for the unit."""
     drain = "a drain (SIGQUIT) stops what still runs after S seconds (default 900; 0: never)"
     parser.add_argument("--drain-timeout", type=seconds, default=None, metavar="S", help=drain)
+    listen = "serve /metrics, /healthz and /readyz on [HOST:]PORT (HOST defaults to 127.0.0.1; off by default)"
+    parser.add_argument("--metrics-listen", type=listen_address, default=None, metavar="[HOST:]PORT", help=listen)
+    parser.add_argument("--log-format", choices=FORMATS, default=None, help="status lines as text (default) or JSON")
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """``--metrics-listen`` (argparse type)."""
+    from talaria.runner.metrics_listener import ListenError, parse_listen
+
+    try:
+        return parse_listen(text)
+    except ListenError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--metrics-listen: ")) from None
 
 
 def runner_options(args: argparse.Namespace) -> tuple[str, ...]:
@@ -31,6 +45,11 @@ def runner_options(args: argparse.Namespace) -> tuple[str, ...]:
     words: list[str] = []
     if args.drain_timeout is not None:
         words += ["--drain-timeout", str(int(args.drain_timeout))]
+    if args.metrics_listen is not None:
+        host, port = args.metrics_listen
+        words += ["--metrics-listen", f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    if args.log_format is not None:
+        words += ["--log-format", args.log_format]
     return tuple(words)
 
 
@@ -79,7 +98,7 @@ def main(argv: Sequence[str], prog: str = "talaria runner", launcher: Sequence[s
         print(f"{prog}: --config PATH is required (runner.json, mode 600)", file=sys.stderr)
         return 2
     from talaria.runner.agent import DRAIN_TIMEOUT_S
-    from talaria.runner.main import run_runner
+    from talaria.runner.main import Options, run_runner
 
     drain = DRAIN_TIMEOUT_S if args.drain_timeout is None else args.drain_timeout
-    return run_runner(args.config, drain_timeout_s=drain)
+    return run_runner(args.config, Options(drain, args.log_format or "text", args.metrics_listen))

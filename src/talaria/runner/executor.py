@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -53,11 +54,16 @@ class Executor:
         on_hub_error: Callable[[HubError], Awaitable[None]],
         on_receipts_failure: Callable[[rc.ReceiptsError], None] | None = None,
         refuse: Callable[[dict[str, Any]], CommandError | None] | None = None,
+        on_started: Callable[[dict[str, Any]], None] | None = None,
+        on_answered: Callable[[dict[str, Any], dict[str, Any], float], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """``refuse`` may answer a command with an error before ``admit`` (never run: a draining runner's new
         work, operations.md 3.3). ``on_receipts_failure`` is called (on the loop, possibly more than once) for
         every receipt write the file refuses; the daemon's ``Agent`` stops the runner there. Without one (an
-        embedding test) the failure is logged as an error."""
+        embedding test) the failure is logged as an error. ``on_started`` is called when a new command begins to
+        execute, ``on_answered`` with the command, its reply and the seconds from its receipt to the reply (logs and
+        metrics, operations.md 5.2-5.3)."""
         self.hub = hub
         self.receipts = receipts
         self.clock = clock
@@ -66,6 +72,9 @@ class Executor:
         self.on_hub_error = on_hub_error
         self.on_receipts_failure = on_receipts_failure or _log_receipts_failure
         self.refuse = refuse or (lambda command: None)
+        self.on_started = on_started or (lambda command: None)
+        self.on_answered = on_answered or (lambda command, reply, seconds: None)
+        self._monotonic = monotonic
         self.running: dict[str, asyncio.Task[None]] = {}
         self.writes = ReceiptWrites()
 
@@ -93,6 +102,7 @@ class Executor:
             task.cancel()
 
     async def _handle(self, command: dict[str, Any], epoch: str) -> None:
+        received = self._monotonic()
         try:
             begun = await self.writes.run(lambda: self.receipts.begin(command))
         except ValueError:
@@ -115,8 +125,10 @@ class Executor:
         elif isinstance(begun, rc.Uncertain):
             reply = CommandError("runner_command_uncertain", begun.message).reply()
         else:
+            self.on_started(command)
             outcome = await self._execute(command, epoch)
             reply = await self._finish(command["id"], outcome)
+        self.on_answered(command, reply, self._monotonic() - received)
         await self._post(epoch, command["id"], reply)
 
     async def _finish(self, command_id: str, outcome: dict[str, Any]) -> dict[str, Any]:

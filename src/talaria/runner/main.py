@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from talaria.clock import SystemClock
@@ -17,44 +17,58 @@ from talaria.runner.config import load_config
 from talaria.runner.credential import CredentialError, CredentialFile
 from talaria.runner.receipts import Receipts, ReceiptsError
 from talaria.runner.state_dir import StateDir, StateDirError
+from talaria.runner.status_log import StatusLog
 from talaria.runner_json import ConfigError
 
 
-def run_runner(config_path: Path, *, drain_timeout_s: float = DRAIN_TIMEOUT_S) -> int:
+@dataclass(frozen=True)
+class Options:
+    """The runner options of the command line (operations.md 3.3, 5.2, 5.3)."""
+
+    drain_timeout_s: float = DRAIN_TIMEOUT_S
+    log_format: str = "text"
+    metrics_listen: tuple[str, int] | None = None
+
+
+def run_runner(config_path: Path, options: Options | None = None) -> int:
     """Run until stopped; ``runner stopped`` is the last line of every exit (runner-protocol.md 3)."""
+    options = options or Options()
+    status = StatusLog(options.log_format)
     try:
-        return _run(config_path, drain_timeout_s)
+        return _run(config_path, options, status)
     finally:
-        print("runner stopped", file=sys.stderr, flush=True)
+        status.say("runner stopped")
 
 
-def _run(config_path: Path, drain_timeout_s: float) -> int:
+def _run(config_path: Path, options: Options, status: StatusLog) -> int:
     try:
         config = load_config(config_path)
     except ConfigError as exc:
-        print(f"talaria runner: {exc}", file=sys.stderr)
+        status.say(f"talaria runner: {exc}", event="runner_config_invalid")
         return 2
+    status.runner_id = config.runner_id
     try:
         state = StateDir.open(config_path, config.runner_id)
     except StateDirError as exc:
-        print(f"talaria runner: {exc}", file=sys.stderr)
+        status.say(f"talaria runner: {exc}", event="runner_state_dir_refused")
         return 2
     for changed in state.tightened:
-        print(f"talaria runner: made {changed} private (mode 0600)", file=sys.stderr)
+        status.say(f"talaria runner: made {changed} private (mode 0600)", event="runner_state_file_tightened")
     try:
         try:
             credential = CredentialFile.open(state.path, config.token)
         except CredentialError as exc:
-            print(f"talaria runner: {exc}", file=sys.stderr)
+            status.say(f"talaria runner: {exc}", event="runner_credential_invalid")
             return 2
         clock = SystemClock()
         try:
             receipts = Receipts(state.receipts_path, clock)
         except ReceiptsError as exc:
-            print(f"talaria runner: {exc}", file=sys.stderr)
+            status.say(f"talaria runner: {exc}", event="runner_receipts_refused")
             return 2
         with receipts:
-            agent = Agent(config, receipts, clock, drain_timeout_s=drain_timeout_s, credential=credential)
+            agent = Agent(config, receipts, clock, drain_timeout_s=options.drain_timeout_s, credential=credential,
+                          log_format=options.log_format, metrics_listen=options.metrics_listen)  # fmt: skip
             return asyncio.run(_serve(config_path, agent))
     finally:
         state.close()

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from talaria.store.timed import TransactionObserver
+
 Row = dict[str, Any]
 # Called with a query name (or "commit") before it runs; a test may raise to inject a fault.
 FaultHook = Callable[[str], None]
@@ -64,6 +66,7 @@ class Signals(Protocol):
 
 class Store(Protocol):
     dialect: str
+    observe: TransactionObserver | None  # called after every read() and write() (the hub's metrics)
 
     def write(self) -> AbstractContextManager[Tx]:
         """One serialised write transaction: commit on normal exit, roll back on any exception."""

@@ -21,6 +21,7 @@ import structlog
 from talaria.errors import StoreUnavailable, TalariaError
 from talaria.store.interface import FaultHook, Row
 from talaria.store.queries import Query, load
+from talaria.store.timed import TransactionObserver, timed
 
 log = structlog.get_logger("talaria.store")
 
@@ -113,6 +114,7 @@ class SQLiteStore:
         self._closed = False
         # A test-only seam: called before each named query and before COMMIT of write transactions.
         self.fault_hook: FaultHook | None = None
+        self.observe: TransactionObserver | None = None  # the hub's metrics (operations.md 5.1)
         self._writer = self._connect()
 
     def _connect(self) -> sqlite3.Connection:
@@ -138,6 +140,11 @@ class SQLiteStore:
 
     @contextmanager
     def write(self) -> Iterator[_SQLiteTx]:
+        with timed(self.observe, "write"), self._write() as tx:
+            yield tx
+
+    @contextmanager
+    def _write(self) -> Iterator[_SQLiteTx]:
         with self._write_lock:
             if self._closed:
                 raise StoreUnavailable("the store is closed")
@@ -196,6 +203,11 @@ class SQLiteStore:
 
     @contextmanager
     def read(self) -> Iterator[_SQLiteTx]:
+        with timed(self.observe, "read"), self._read() as tx:
+            yield tx
+
+    @contextmanager
+    def _read(self) -> Iterator[_SQLiteTx]:
         conn = self._lease()
         try:
             conn.execute("BEGIN")

@@ -35,6 +35,7 @@ from talaria.hub.runners.registry import RunnerRecord, RunnerRegistry
 from talaria.hub.runners.slots import LocalSlots, RunnerSlots
 from talaria.hub.runners.transport import RunnerTransport
 from talaria.hub.timings import HubTimings
+from talaria.hub.tracing import work
 from talaria.hub.turns.driver import TURN_TIMEOUT, TurnDriver, TurnHooks, TurnResult
 from talaria.lifecycle.actor import Actor, username_of
 from talaria.lifecycle.answers import Discovered, Ended
@@ -258,10 +259,13 @@ class Dispatcher:
 
     async def _slotted(self, record: RunnerRecord, job: Discovered, slot: int) -> None:
         """Run the job in its slot of the runner, then free the slot (a cancelled run leaves it to the lease: it is
-        free once the lease it was taken under ends or expires)."""
-        await self._run_job(record, job, slot)
-        with contextlib.suppress(TalariaError):
-            await asyncio.to_thread(self.slots.free, record.id, slot, job.binding.job)
+        free once the lease it was taken under ends or expires). Every log line of the job's work, and every command
+        it sends, carries its ids and trace (operations.md 5.3, 5.5)."""
+        binding = job.binding
+        with work(binding.trace, job_id=binding.job, task_id=binding.task, tenant=binding.tenant, runner_id=record.id):
+            await self._run_job(record, job, slot)
+            with contextlib.suppress(TalariaError):
+                await asyncio.to_thread(self.slots.free, record.id, slot, job.binding.job)
 
     # --- one job ---------------------------------------------------------------------------------------------
 
@@ -289,6 +293,7 @@ class Dispatcher:
         lease = await asyncio.to_thread(self.holder.claim, job)
         if lease is None:
             return
+        log.info("dispatcher_job_claimed", attempt=lease.attempt)
         with contextlib.suppress(TalariaError):  # else the slot is taken back 30 s after it was taken
             await asyncio.to_thread(self.slots.leased, record.id, slot, lease.job_id, lease.ref.lease_id)
         cancel = self.cancels.setdefault(lease.job_id, asyncio.Event())
@@ -329,6 +334,7 @@ class Dispatcher:
                 return
             await self._finish(lease, result)
             replied = result
+            log.info("dispatcher_job_finished", status=result.status)
         except JobFailed as failed:
             await self._fail(lease, failed.code, failed.message)
         except Release as release:
@@ -340,7 +346,7 @@ class Dispatcher:
             code = UNCERTAIN if await self._submitted(lease) else NOT_ADMITTED
             await self._fail(lease, code, exc.message)
         except Exception as exc:  # a bug must still end the job, never leave it running until its lease dies
-            log.exception("dispatcher_job_failed", job=lease.job_id)
+            log.exception("dispatcher_job_failed", job_id=lease.job_id)
             code = UNCERTAIN if await self._submitted(lease) else NOT_ADMITTED
             await self._fail(lease, code, f"the dispatcher failed: {type(exc).__name__}")
         finally:
@@ -411,14 +417,14 @@ class Dispatcher:
                 if recorded is not None and next_step(recorded) is NextStep.FROM_RECORD:
                     return turn_recovery.from_record(recorded)
                 if recorded is not None:  # submitted, or maybe: recover from Hermes, never submit again
-                    log.info("dispatcher_recovering", job=lease.job_id, code=exc.code)
+                    log.info("dispatcher_recovering", job_id=lease.job_id, code=exc.code)
                     return await self._recover(recorded, author, cancel, lease)
                 if exc.code in RELEASE_ON:
                     raise Release(exc.code, exc.message) from None
                 if exc.code not in PRE_SUBMIT_RETRY:
                     raise
                 # nothing was submitted, so nothing ran: keep the job (heartbeating) until the runner is back
-                log.info("dispatcher_waiting_for_runner", job=lease.job_id, code=exc.code)
+                log.info("dispatcher_waiting_for_runner", job_id=lease.job_id, code=exc.code)
                 self.pre_submit_waits[lease.job_id] += 1
             await asyncio.sleep(self.timings.pre_submit_retry_s)
             await self._until_online(record.id, cancel)
@@ -468,7 +474,7 @@ class Dispatcher:
         except TalariaError as exc:
             if exc.code in TRANSIENT:  # not known to be lost: no other holder can claim the job before it expires
                 return True
-            log.info("dispatcher_lease_lost_before_recovery", job=lease.job_id, code=exc.code)
+            log.info("dispatcher_lease_lost_before_recovery", job_id=lease.job_id, code=exc.code)
             lease.lost = True
             return False
         return True
@@ -566,7 +572,7 @@ class Dispatcher:
         try:
             await asyncio.to_thread(self.holder.fail, lease, error)
         except TalariaError as exc:
-            log.info("dispatcher_fail_refused", job=lease.job_id, code=exc.code)
+            log.info("dispatcher_fail_refused", job_id=lease.job_id, code=exc.code)
 
     async def _release(self, lease: Lease, release: Release) -> None:
         """Give the attempt back: nothing was submitted, so the next attempt may run the job."""
@@ -574,7 +580,7 @@ class Dispatcher:
         try:
             answer = await asyncio.to_thread(self.holder.release, lease, error)
         except TalariaError as exc:
-            log.info("dispatcher_release_refused", job=lease.job_id, code=exc.code)
+            log.info("dispatcher_release_refused", job_id=lease.job_id, code=exc.code)
             return
         ended = answer.state if isinstance(answer, Ended) else None
-        log.info("dispatcher_released", job=lease.job_id, code=release.code, attempt=lease.attempt, ended=ended)
+        log.info("dispatcher_released", job_id=lease.job_id, code=release.code, attempt=lease.attempt, ended=ended)

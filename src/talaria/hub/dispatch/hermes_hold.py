@@ -51,7 +51,7 @@ class HermesHolds:
         """Hold the node until its Hermes answers; ``account`` is who the probes are attributed to."""
         if runner_id in self._watchers:
             return
-        log.info("dispatcher_hermes_hold", runner=runner_id)
+        log.info("dispatcher_hermes_hold", runner_id=runner_id)
         task = asyncio.get_running_loop().create_task(self._watch(runner_id, account))
         self._watchers[runner_id] = task
         task.add_done_callback(lambda ended: self._forget(runner_id, ended))
@@ -78,7 +78,7 @@ class HermesHolds:
                 del self._watchers[runner_id]  # its own entry: hold() adds none while one exists
                 return
             if await self._answers(runner_id, account):
-                log.info("dispatcher_hermes_back", runner=runner_id)
+                log.info("dispatcher_hermes_back", runner_id=runner_id)
                 del self._watchers[runner_id]  # lifted before the dispatcher scans again
                 self.on_lifted()
                 return
@@ -88,6 +88,6 @@ class HermesHolds:
         try:
             reply = await self.channels.http(runner_id, account, "/api/status")
         except TalariaError as exc:
-            log.info("dispatcher_hermes_probe_failed", runner=runner_id, code=exc.code)
+            log.info("dispatcher_hermes_probe_failed", runner_id=runner_id, code=exc.code)
             return exc.code not in STILL_DOWN
         return reply.get("status") == 200

@@ -75,7 +75,7 @@ class LeaseHolder:
                 idem=self._idem(binding.job, job.attempt + 1, "claim", body),
             ).answer  # fmt: skip
         except TalariaError as exc:
-            log.info("dispatcher_claim_refused", job=binding.job, code=exc.code)
+            log.info("dispatcher_claim_refused", job_id=binding.job, code=exc.code)
             return None
         grant = claimed.lease
         return Lease(
@@ -157,7 +157,7 @@ class LeaseHolder:
                 if not await asyncio.to_thread(still_allowed):
                     revoked.set()
             except Exception as exc:  # a read error: the next pass checks again
-                log.warning("dispatcher_access_check_failed", job=lease.job_id, error=type(exc).__name__)
+                log.warning("dispatcher_access_check_failed", job_id=lease.job_id, error=type(exc).__name__)
                 wait = timings.heartbeat_retry_s
             sent = self.clock.now_ms()
             try:
@@ -167,10 +167,10 @@ class LeaseHolder:
                 transient = not isinstance(exc, TalariaError) or exc.code in TRANSIENT
                 retry_s = timings.heartbeat_retry_s
                 if transient and self.clock.now_ms() + retry_s * 1000 < lease.expires_ms:
-                    log.warning("dispatcher_heartbeat_retry", job=lease.job_id, code=code)
+                    log.warning("dispatcher_heartbeat_retry", job_id=lease.job_id, code=code)
                     wait = retry_s
                     continue
-                log.info("dispatcher_heartbeat_refused", job=lease.job_id, code=code)
+                log.info("dispatcher_heartbeat_refused", job_id=lease.job_id, code=code)
                 lease.lost = True  # the lease ended (maximum life, expiry): stop; the reaper decides what follows
                 cancel.set()
                 return

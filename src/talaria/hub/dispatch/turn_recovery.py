@@ -155,7 +155,7 @@ async def recover(
         raise Unrecoverable("no stored session was recorded for the turn")
     adopted = await adopt(channels, account, turn, JobHeld(turn.job_id, lease) if lease is not None else None)
     if adopted is not None:
-        log.info("dispatcher_channel_adopted", job=turn.job_id, connection=adopted.id)
+        log.info("dispatcher_channel_adopted", job_id=turn.job_id, connection=adopted.id)
         try:
             runtime_id = str(turn.runtime_id)
             if await still_running(channels, adopted, turn):
@@ -208,13 +208,13 @@ async def interrupt_for_cleanup(channels: Channels, turn: JobTurn, author: Accou
             turn.runner_id, author, cleanup_only=True, bound_stored_id=turn.stored_session_id
         )
     except TalariaError as exc:
-        log.info("dispatcher_cleanup_refused", job=turn.job_id, code=exc.code)
+        log.info("dispatcher_cleanup_refused", job_id=turn.job_id, code=exc.code)
         return
     try:
         resumed = await channels.rpc(gateway, "session.resume", {"session_id": turn.stored_session_id})
         await channels.rpc(gateway, "session.interrupt", {"session_id": resumed["session_id"]})
     except TalariaError as exc:
-        log.info("dispatcher_cleanup_failed", job=turn.job_id, code=exc.code)
+        log.info("dispatcher_cleanup_failed", job_id=turn.job_id, code=exc.code)
     finally:
         with contextlib.suppress(TalariaError):
             await channels.close_gateway(gateway)

@@ -58,9 +58,13 @@ class Command:
     next_delivery: int = 0
     timer: asyncio.TimerHandle | None = None
     stale_owner: bool = False  # one hub owns every gateway it opened: never stale
+    traceparent: str | None = None  # the work's trace (operations.md 5.5), sent to trace-v1 runners only
 
-    def wire(self) -> dict[str, Any]:
-        return {"id": self.id, "kind": self.kind, "payload": self.payload, "expiresAt": self.expires_at}
+    def wire(self, traced: bool = True) -> dict[str, Any]:
+        wire = {"id": self.id, "kind": self.kind, "payload": self.payload, "expiresAt": self.expires_at}
+        if traced and self.traceparent is not None:
+            wire["traceparent"] = self.traceparent
+        return wire
 
 
 @dataclass

@@ -38,6 +38,7 @@ from talaria.hub.runners.transport import (
 )
 from talaria.hub.runners.validity import Validity
 from talaria.hub.timings import HubTimings
+from talaria.hub.tracing import TRACE_FEATURE, traceparent
 from talaria.timeouts import within
 
 log = structlog.get_logger("talaria.runners")
@@ -88,7 +89,7 @@ class RunnerHub:
         if state is None:
             state = ConnState(runner_id, instance, f"{self.hub_epoch}:{uuid.uuid4()}", created=now, seen=now)
             self.states[runner_id] = state
-            log.info("runner_connected", runner=runner_id)
+            log.info("runner_connected", runner_id=runner_id)
         state.seen = now
         self.last_seen[runner_id] = now
         if features is not None:
@@ -118,6 +119,12 @@ class RunnerHub:
         state = self.states.get(runner_id)
         if state is not None and state.waiter is not None and not state.waiter.done():
             state.waiter.set_result("released")
+
+    def draining_count(self) -> int:
+        return sum(1 for state in self.states.values() if state.draining_since is not None)
+
+    def held_count(self) -> int:
+        return sum(1 for state in self.states.values() if state.waiter is not None and not state.waiter.done())
 
     def accepts_work(self, runner_id: str) -> bool:
         state = self.states.get(runner_id)
@@ -178,7 +185,7 @@ class RunnerHub:
             size += command.size
             command.delivered += 1
             command.next_delivery = now + limits.REDELIVERY_S * 1000
-            batch.append(command.wire())
+            batch.append(command.wire(TRACE_FEATURE in state.features))
         return batch
 
     # --- commands (6.1, 6.3) ---------------------------------------------------------------------------------
@@ -220,6 +227,7 @@ class RunnerHub:
             future=loop.create_future(),
             connection_id=connection_id,
             grant_id=grant_id,
+            traceparent=traceparent(),
         )
         command.size = len(canonical_json(command.wire()))
         if command.size > limits.MAX_COMMAND_BYTES:
@@ -382,7 +390,7 @@ class RunnerHub:
         state = self.states.pop(runner_id, None)
         if state is None:
             return
-        log.info("runner_disconnected", runner=runner_id, reason=reason)
+        log.info("runner_disconnected", runner_id=runner_id, reason=reason)
         if state.waiter is not None and not state.waiter.done():
             state.waiter.set_result(reason)
         for command in list(state.queue.values()):

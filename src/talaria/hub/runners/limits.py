@@ -22,7 +22,7 @@ WATCHDOG_PERIOD_S: Final = 5
 OFFLINE_AFTER_S: Final = 35  # disconnect, 503 runner_offline
 ONLINE_WITHIN_S: Final = 35  # summary "online"
 # echoed in X-Hub-Features
-FEATURES: Final = frozenset({"team-tools-v1", "export-v1", "failover-v1", "drain-v1", "rotate-v1"})
+FEATURES: Final = frozenset({"team-tools-v1", "export-v1", "failover-v1", "drain-v1", "rotate-v1", "trace-v1"})
 MAX_EVENT_SEQ: Final = 2**53 - 1  # failover-v1's per-connection event numbers (JSON-safe integers)
 
 

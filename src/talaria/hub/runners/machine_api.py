@@ -332,6 +332,15 @@ def is_machine_path(scope: Scope) -> bool:
 
 
 async def serve(hub: Hub, scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer one machine API request, its log lines carrying the runner's id and instance (operations.md 5.3)."""
+    parts = scope["path"][len(PREFIX) :].split("/")
+    runner_id = parts[0] if UUID.match(parts[0]) else None
+    instance = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-runner-instance"), None)
+    with structlog.contextvars.bound_contextvars(runner_id=runner_id, instance=instance):
+        await _serve(hub, scope, receive, send)
+
+
+async def _serve(hub: Hub, scope: Scope, receive: Receive, send: Send) -> None:
     """Answer one machine API request; the hub's ASGI app sends ``PREFIX`` paths here, before FastAPI.
 
     The machine API is the hot path of every runner command, so this door is the outermost layer: route

@@ -11,6 +11,7 @@ import json
 import re
 import secrets
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -232,9 +233,11 @@ def parse_registration(body: Any, *, default_server_url: str) -> dict[str, Any]:
 
 
 class RunnerRegistry:
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: Store, clock: Clock, *, on_rotated: Callable[[], None] | None = None) -> None:
+        """``on_rotated`` is called once per token promoted (the hub's metrics)."""
         self.store = store
         self.clock = clock
+        self.on_rotated = on_rotated or (lambda: None)
 
     def register(self, tenant: str, fields: dict[str, Any]) -> Registration:
         """Create a runner; 409 ``runner_source_in_use`` when the source has an enabled runner."""
@@ -324,6 +327,7 @@ class RunnerRegistry:
             return None
         if promoted is not None:
             log.info("runner_token_rotated", runner_id=runner_id)
+            self.on_rotated()
         return record
 
     def all(self, tenant: str) -> list[RunnerRecord]:

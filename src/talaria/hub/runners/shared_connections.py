@@ -74,6 +74,7 @@ from talaria.hub.runners.transport import (
 )
 from talaria.hub.runners.validity import Validity
 from talaria.hub.timings import HubTimings
+from talaria.hub.tracing import TRACE_FEATURE, traceparent
 from talaria.store.interface import Row, Signals, Store, Tx
 from talaria.timeouts import within
 
@@ -214,7 +215,7 @@ class SharedRunnerHub:
         if row.get("drain_started"):
             self._drain_started(runner_id)
         if created:
-            log.info("runner_connected", runner=runner_id)
+            log.info("runner_connected", runner_id=runner_id)
         elif poll and held_by not in (None, self.replica_id):
             self.signals.notify(RUNNER_CHANNEL, runner_id)  # its held poll there answers: superseded
         return self._state(row), created
@@ -321,6 +322,14 @@ class SharedRunnerHub:
         if waiter is not None:
             waiter.wake("released")
 
+    def draining_count(self) -> int:
+        with self.store.read() as tx:
+            row = tx.one("runner_conn_draining_count")
+        return int(row["n"]) if row else 0
+
+    def held_count(self) -> int:
+        return len(self._waiters)
+
     def accepts_work(self, runner_id: str) -> bool:
         row = self._row(runner_id)
         return row is not None and row["draining_since"] is None
@@ -408,11 +417,15 @@ class SharedRunnerHub:
             batch: list[dict[str, Any]] = []
             ids: list[str] = []
             size = 0
+            traced = TRACE_FEATURE in str(row["features"] or "").split(",")
             for command in tx.all("runner_command_due", epoch=epoch, now=now):
                 if batch and size + int(command["size"]) > limits.MAX_BATCH_BYTES:
                     break
                 size += int(command["size"])
-                batch.append(json.loads(command["wire"]))
+                wire = json.loads(command["wire"])
+                if not traced:
+                    wire.pop("traceparent", None)
+                batch.append(wire)
                 ids.append(command["id"])
             if ids:
                 tx.run("runner_command_deliver", ids=ids, again=now + limits.REDELIVERY_S * 1000)
@@ -437,6 +450,8 @@ class SharedRunnerHub:
         now = self.clock.now_ms()
         command_id = str(uuid.uuid4())
         wire = {"id": command_id, "kind": kind, "payload": payload, "expiresAt": now + round(deadline * 1000)}
+        if (parent := traceparent()) is not None:  # delivered to trace-v1 runners only
+            wire["traceparent"] = parent
         text = canonical_json(wire)
         row = {
             "id": command_id, "runner_id": runner_id, "kind": kind, "wire": text.decode("utf-8"), "size": len(text),
@@ -658,7 +673,7 @@ class SharedRunnerHub:
         gateway.replay_to = int(row["last_seq"])
         gateway.profiles[runtime_id] = profile
         local.gateways[connection_id] = gateway
-        log.info("runner_gateway_adopted", runner=runner_id, connection=connection_id, counter=gateway.owner_counter)
+        log.info("runner_gateway_adopted", runner_id=runner_id, connection=connection_id, counter=gateway.owner_counter)
         self.signals.notify(EVENT_CHANNEL, connection_id)  # a previous owner still alive drops its object
         self._pull_soon(connection_id)  # the turn's frames from its first one
         loop = asyncio.get_running_loop()
@@ -963,7 +978,7 @@ class SharedRunnerHub:
 
     def _after_end(self, ended: _Ended) -> None:
         """After the commit that ended a state: tell its waiters here and elsewhere, close its channels here."""
-        log.info("runner_disconnected", runner=ended.runner_id, reason=ended.reason)
+        log.info("runner_disconnected", runner_id=ended.runner_id, reason=ended.reason)
         waiter = self._waiters.get(ended.runner_id)
         if waiter is not None and waiter.epoch == ended.epoch:
             waiter.wake(ended.reason if ended.reason in ("disabled",) else "wake")
@@ -1024,7 +1039,7 @@ class SharedRunnerHub:
 
     async def _close_orphan(self, row: Row) -> None:
         """Tell the runner to close a dead owner's gateway (closed here already): its sessions stop being owned."""
-        log.info("runner_gateway_orphan_closed", runner=row["runner_id"], connection=row["id"])
+        log.info("runner_gateway_orphan_closed", runner_id=row["runner_id"], connection=row["id"])
         account = AccountRef(row["account_username"], row["account_tenant"], int(row["auth_version"]))
         try:
             await self.send(row["runner_id"], "gateway.close", {"connectionId": row["id"]}, account=account,

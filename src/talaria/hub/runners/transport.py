@@ -66,6 +66,14 @@ class RunnerTransport(Protocol):
         token, operations.md 4.1). A poll held on another replica ends with its hold."""
         ...
 
+    def draining_count(self) -> int:
+        """Connection states that drain (``talaria_runners_draining``)."""
+        ...
+
+    def held_count(self) -> int:
+        """Polls this process holds now (``talaria_runner_polls_held``)."""
+        ...
+
     def accepts_work(self, runner_id: str) -> bool:
         """Connected and not draining: new work (a job, a chat turn) may start there."""
         ...

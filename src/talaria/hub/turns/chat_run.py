@@ -305,7 +305,7 @@ class RunEntries(RecoveryEntries):
         try:
             await self.driver.capabilities(runner_id, account, profile)
         except TalariaError as exc:
-            log.info("chat_team_tools_unavailable", runner=runner_id, code=exc.code)
+            log.info("chat_team_tools_unavailable", runner_id=runner_id, code=exc.code)
             return False
         return True
 

@@ -48,6 +48,7 @@ class PostgresSignals:
         self._threads: list[threading.Thread] = []
         self._notify_conn: psycopg.Connection[Any] | None = None
         self._listen_conn: psycopg.Connection[Any] | None = None
+        self.on_sent: Callable[[str], None] | None = None  # a pg_notify sent on a channel (the hub's metrics)
 
     # ------------------------------------------------------------------ what a waiter uses
 
@@ -117,6 +118,8 @@ class PostgresSignals:
                     self._notify_conn = connect(self._url, application_name=f"{self._name}/notify")
                 for channel, payload in payloads:
                     self._notify_conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+                    if self.on_sent is not None:
+                        self.on_sent(channel)
                 return
             except psycopg.Error as exc:
                 log.warning("store_notify_failed", error=type(exc).__name__, attempt=attempt)

@@ -26,6 +26,7 @@ from talaria.errors import StoreConflict, StoreUnavailable, TalariaError
 from talaria.store.interface import FaultHook, Row
 from talaria.store.postgres.params import to_psycopg
 from talaria.store.queries import load
+from talaria.store.timed import TransactionObserver, timed
 
 if TYPE_CHECKING:
     from talaria.store.postgres.signals import PostgresSignals
@@ -126,6 +127,7 @@ class PostgresStore:
         self._on_close: list[Callable[[], None]] = []
         self._watched: dict[str, list[Callable[[], None]]] = {}
         self.fault_hook: FaultHook | None = None
+        self.observe: TransactionObserver | None = None  # the hub's metrics (operations.md 5.1)
         self._signals: PostgresSignals | None = None
         s = self.settings
         options = (f"-c statement_timeout={int(s.statement_timeout_ms)} "
@@ -191,11 +193,21 @@ class PostgresStore:
 
     @contextmanager
     def write(self) -> Iterator[_PostgresTx]:
+        with timed(self.observe, "write"), self._write() as tx:
+            yield tx
+
+    @contextmanager
+    def _write(self) -> Iterator[_PostgresTx]:
         with self._transaction(_WRITE, "write", self.fault_hook) as tx:
             yield tx
 
     @contextmanager
     def read(self) -> Iterator[_PostgresTx]:
+        with timed(self.observe, "read"), self._read() as tx:
+            yield tx
+
+    @contextmanager
+    def _read(self) -> Iterator[_PostgresTx]:
         with self._transaction(_READ, "read", None) as tx:
             yield tx
 
@@ -231,6 +243,12 @@ class PostgresStore:
 
             self._signals = PostgresSignals(self._url, listen=listen, application_name=self.settings.application_name)
         return self._signals
+
+    def pool_connections(self) -> dict[str, int]:
+        """The pool's connections by state, for ``talaria_db_pool_connections`` (operations.md 5.1)."""
+        stats = self._pool.get_stats()
+        size, idle = stats.get("pool_size", 0), stats.get("pool_available", 0)
+        return {"idle": idle, "busy": max(0, size - idle), "waiting": stats.get("requests_waiting", 0)}
 
     def on_close(self, release: Callable[[], None]) -> None:
         """Run ``release`` when the store closes."""

@@ -122,3 +122,7 @@ LIMIT 10
 -- name: job_cancel_requested_among
 -- Which of the jobs a replica's dispatcher runs have a cancel requested (scale.md 3.7: talaria_job's fallback).
 SELECT id FROM hermes_job WHERE id = ANY(:ids) AND cancel_requested = 1
+
+-- name: job_count_by_state
+-- Jobs per state, for talaria_jobs (operations.md 5.1; read at most every 5 s).
+SELECT state, COUNT(*) AS n FROM hermes_job GROUP BY state

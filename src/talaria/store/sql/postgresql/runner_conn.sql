@@ -102,3 +102,7 @@ RETURNING epoch, poll_replica, draining_since
 -- name: runner_conn_wake
 -- Wake the replica holding the runner's poll (the command line has no listener of its own).
 SELECT pg_notify('talaria_runner', :runner_id) AS sent
+
+-- name: runner_conn_draining_count
+-- Connection states that drain (talaria_runners_draining).
+SELECT COUNT(*) AS n FROM runner_conn WHERE draining_since IS NOT NULL

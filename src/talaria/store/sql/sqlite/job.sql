@@ -116,3 +116,7 @@ LEFT JOIN dispatch d ON d.id = j.dispatch_id
 WHERE j.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
   AND (r.job_id IS NULL OR r.terminal_kind <> j.state OR t.state IS NOT j.state OR d.status IS NOT j.state)
 LIMIT 10
+
+-- name: job_count_by_state
+-- Jobs per state, for talaria_jobs (operations.md 5.1; read at most every 5 s).
+SELECT state, COUNT(*) AS n FROM hermes_job GROUP BY state

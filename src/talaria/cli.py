@@ -45,7 +45,8 @@ def cmd_hub(args: argparse.Namespace) -> int:
     from talaria.hub.server import run_hub
 
     flags = {"data_dir": args.data_dir, "hub.host": args.host, "hub.port": args.port,
-             "hub.drain_timeout_s": args.drain_timeout}  # fmt: skip
+             "hub.drain_timeout_s": args.drain_timeout, "hub.tls_cert": args.tls_cert,
+             "hub.tls_key": args.tls_key}  # fmt: skip
     try:
         settings = load_settings(flags=flags, environ=os.environ, config_file=args.config)
     except SettingsError as exc:
@@ -380,6 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_argument("--config", type=Path, default=None, help="TOML settings file")
     drain_help = "on SIGTERM, wait up to S seconds for running turns (default 120; 0: stop at once)"
     hub.add_argument("--drain-timeout", type=int, default=None, metavar="S", help=drain_help)
+    hub.add_argument("--tls-cert", default=None, metavar="FILE", help="serve HTTPS with this PEM certificate chain")
+    hub.add_argument("--tls-key", default=None, metavar="FILE", help="the certificate's private key (mode 600)")
     hub.set_defaults(func=cmd_hub)
 
     admin = sub.add_parser("admin", help="administration").add_subparsers(dest="admin_command", required=True)

@@ -31,6 +31,8 @@ class Settings:
     hub_port: int = 8700
     hub_public_url: str = ""
     hub_trusted_proxies: tuple[str, ...] = ()
+    hub_tls_cert: str = ""  # operations.md 6: PEM certificate chain; with hub_tls_key the port speaks only TLS
+    hub_tls_key: str = ""
     hub_drain_timeout_s: int = 120  # operations.md 3.4: how long SIGTERM waits for running turns (0: not at all)
     # operations.md 4.1: rotate runner tokens older than this (0: only when an admin asks), and how long an unused
     # next token stays valid
@@ -77,11 +79,16 @@ class Settings:
 
     @property
     def public_url(self) -> str:
-        """``hub.public_url``, defaulting to ``http://<host>:<port>``."""
+        """``hub.public_url``, defaulting to ``http://<host>:<port>`` (``https://`` with TLS)."""
         if self.hub_public_url:
             return self.hub_public_url.rstrip("/")
         host = f"[{self.hub_host}]" if ":" in self.hub_host else self.hub_host
-        return f"http://{host}:{self.hub_port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.hub_port}"
+
+    @property
+    def tls(self) -> bool:
+        """The hub serves TLS itself (operations.md 6)."""
+        return bool(self.hub_tls_cert and self.hub_tls_key)
 
     @property
     def public_origin(self) -> str:
@@ -117,6 +124,8 @@ KEYS: dict[str, tuple[str, type]] = {
     "hub.public_url": ("hub_public_url", str),
     "hub.trusted_proxies": ("hub_trusted_proxies", tuple),
     "hub.drain_timeout_s": ("hub_drain_timeout_s", int),
+    "hub.tls_cert": ("hub_tls_cert", str),
+    "hub.tls_key": ("hub_tls_key", str),
     "runners.token_rotate_after_s": ("runners_token_rotate_after_s", int),
     "runners.token_overlap_s": ("runners_token_overlap_s", int),
     "runtime_api.enabled": ("runtime_api_enabled", bool),
@@ -361,10 +370,15 @@ def validate(s: Settings) -> None:
         raise SettingsError("turns.max_turn_s must not be negative (0: the profile's max_lease_life_s)")
     if not s.lifecycle_dispatcher_principal:
         raise SettingsError("lifecycle.dispatcher_principal must not be empty")
+    if bool(s.hub_tls_cert) != bool(s.hub_tls_key):
+        missing = "hub.tls_key" if s.hub_tls_cert else "hub.tls_cert"
+        raise SettingsError(f"hub.tls_cert and hub.tls_key must be set together ({missing} is missing)")
     if s.hub_public_url:
         parts = urlsplit(s.hub_public_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise SettingsError("hub.public_url must be an http:// or https:// URL")
+        if s.tls and parts.scheme != "https":
+            raise SettingsError("hub.public_url must be an https:// URL when hub.tls_cert is set")
     elif s.hub_host in ("0.0.0.0", "::", ""):  # noqa: S104 - this is the refusal of a wildcard host
         raise SettingsError("hub.public_url must be set when hub.host is a wildcard address")
     _validate_database(s)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-READY = re.compile(r"^talaria hub listening on (http://127\.0\.0\.1:(\d+))\n$")
+READY = re.compile(r"^talaria hub listening on (https?://127\.0\.0\.1:(\d+))\n$")
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -130,6 +130,8 @@ def test_every_key_of_the_settings_table_is_known() -> None:
         "audit.seal_interval_ms",
         # operations.md 8
         "hub.drain_timeout_s",
+        "hub.tls_cert",
+        "hub.tls_key",
         "runners.token_rotate_after_s",
         "runners.token_overlap_s",
     }

@@ -20,6 +20,7 @@ from talaria.clock import Clock, SystemClock
 from talaria.errors import SettingsError, TalariaError
 from talaria.hub.app import create_app
 from talaria.hub.resources import open_hub
+from talaria.hub.tls import check_tls
 from talaria.lifecycle.recovery import RecoveryError
 from talaria.settings import Settings
 from talaria.store.open import check_database
@@ -86,10 +87,10 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def url_of(sock: socket.socket, host: str) -> str:
+def url_of(sock: socket.socket, host: str, *, tls: bool = False) -> str:
     port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}"
+    return f"{'https' if tls else 'http'}://{shown}:{port}"
 
 
 async def _serve(server: uvicorn.Server, sock: socket.socket, out: TextIO, url: str) -> bool:
@@ -111,6 +112,8 @@ def run_hub(settings: Settings, *, clock: Clock | None = None, out: TextIO = sys
     listener opens only when all of that succeeded."""
     try:
         check_database(settings)  # a wrong, unreachable or driverless database.url stops the hub before it binds
+        if settings.tls:
+            check_tls(settings.hub_tls_cert, settings.hub_tls_key)
     except TalariaError as exc:
         print(f"talaria hub: {exc.message}", file=sys.stderr)
         return 1
@@ -119,7 +122,7 @@ def run_hub(settings: Settings, *, clock: Clock | None = None, out: TextIO = sys
     except OSError as exc:
         print(f"talaria hub: cannot bind {settings.hub_host}:{settings.hub_port}: {exc.strerror}", file=sys.stderr)
         return 1
-    url = url_of(sock, settings.hub_host)
+    url = url_of(sock, settings.hub_host, tls=settings.tls)
     if settings.hub_port == 0 and not settings.hub_public_url:
         # the browser origin must name the port actually bound
         settings = _with_port(settings, sock.getsockname()[1])
@@ -132,8 +135,15 @@ def run_hub(settings: Settings, *, clock: Clock | None = None, out: TextIO = sys
     app = create_app(settings, clock=hub.clock, hub=hub)
     # proxy_headers off: uvicorn would otherwise believe X-Forwarded-For from loopback peers; the hub derives
     # the client address itself (hub/client_address.py) and peer rules use the TCP peer.
+    tls = {"ssl_certfile": settings.hub_tls_cert, "ssl_keyfile": settings.hub_tls_key} if settings.tls else {}
     config = uvicorn.Config(
-        app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=10, proxy_headers=False
+        app,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+        proxy_headers=False,
+        **tls,  # type: ignore[arg-type]
     )
     server = HubUvicorn(config)
     # uvicorn re-raises the signal it caught once it has stopped; a no-op handler makes that a clean exit.

@@ -113,7 +113,7 @@ class Agent:
         token = credential.token if credential is not None else config.token
         self.hub = HubClient(config.server_url, Identity(config.runner_id, token, self.instance), wire=hub_wire,
                              retry_window_s=failover_window_s, monotonic=monotonic, credential=credential,
-                             say=self.say)  # fmt: skip
+                             say=self.say, tls=config.hub_tls())  # fmt: skip
         self._rotation: asyncio.Task[None] | None = None
         self._rotated_at: float | None = None  # monotonic time of the last rotate sent
         self.polls_ridden_out = 0  # poll failures that did not disconnect (failover-v1)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import ssl
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -55,6 +56,7 @@ FIELDS: Final = (
     "allowInsecureLan",
     "hermesCredentials",
     "hermesTokenFile",
+    "caFile",  # operations.md 6
 )
 REQUIRED: Final = frozenset({"protocol", "serverURL", "runnerId", "token", "allowedProfiles"})
 CREDENTIAL_FIELDS: Final = ("username", "password")
@@ -81,6 +83,24 @@ class RunnerConfig:
     allow_insecure_lan: bool = False
     hermes_credentials: HermesCredentials | None = None
     hermes_token_file: str | None = None
+    ca_file: str | None = None  # the CA certificates the runner trusts for the hub, instead of the system's store
+
+    def hub_tls(self) -> ssl.SSLContext:
+        """The context both of the runner's paths to the hub verify it with (operations.md 6): exactly ``caFile``'s
+        certificates when set, else the system's store; hostname verification always on."""
+        return ssl.create_default_context(cafile=self.ca_file) if self.ca_file else ssl.create_default_context()
+
+
+def _check_ca_file(value: object) -> str:
+    """An absolute path to a readable PEM file holding at least one certificate."""
+    if not isinstance(value, str) or "\0" in value or not os.path.isabs(value):
+        raise ConfigError("caFile", "must be an absolute path")
+    try:
+        ssl.create_default_context(cafile=value)
+    except OSError as exc:  # ssl.SSLError is an OSError: not PEM, or no certificate in it
+        reason = exc.strerror if not isinstance(exc, ssl.SSLError) else "no PEM certificate in it"
+        raise ConfigError("caFile", f"{value}: {reason}") from None
+    return value
 
 
 def check_secret_file(name: str, path: Path) -> None:
@@ -180,6 +200,7 @@ def parse_config(obj: object) -> RunnerConfig:
         if not isinstance(token_file, str) or "\0" in token_file or not os.path.isabs(token_file):
             raise ConfigError("hermesTokenFile", "must be an absolute path")
         check_secret_file("hermesTokenFile", Path(token_file))
+    ca_file = _check_ca_file(obj["caFile"]) if "caFile" in obj else None
     return RunnerConfig(
         protocol=protocol,
         server_url=server_url,
@@ -191,6 +212,7 @@ def parse_config(obj: object) -> RunnerConfig:
         allow_insecure_lan=lan,
         hermes_credentials=credentials,
         hermes_token_file=token_file,
+        ca_file=ca_file,
     )
 
 

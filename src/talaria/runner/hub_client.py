@@ -94,13 +94,13 @@ class ProxiedWire:
     system's certificate store, as the direct path does (operations.md 6), never certifi's bundle, which a
     single-file runner would have to extract to read."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, tls: ssl.SSLContext | None = None) -> None:
         self.http = httpx.AsyncClient(
             base_url=base_url,
             timeout=REQUEST_TIMEOUT_S,
             follow_redirects=False,
             headers={"User-Agent": user_agent()},
-            verify=ssl.create_default_context(),
+            verify=tls or ssl.create_default_context(),
         )
 
     async def request(
@@ -141,11 +141,12 @@ def uses_proxy(server_url: str) -> bool:
     return not urllib.request.proxy_bypass(host)
 
 
-def hub_wire(server_url: str, runner_id: str) -> Wire:
+def hub_wire(server_url: str, runner_id: str, tls: ssl.SSLContext | None = None) -> Wire:
+    """``tls``: how an https hub is verified on either path (default: the system's store; operations.md 6)."""
     url = f"{_direct_url(server_url).rstrip('/')}/api/runner/v1/{runner_id}"
     if uses_proxy(server_url):
-        return ProxiedWire(url)
-    return WireClient(url, max_body=MAX_RESPONSE_BYTES, timeout=REQUEST_TIMEOUT_S)
+        return ProxiedWire(url, tls)
+    return WireClient(url, max_body=MAX_RESPONSE_BYTES, timeout=REQUEST_TIMEOUT_S, ssl_context=tls)
 
 
 def retry_delays(first: float = RETRY_FIRST_S, most: float = RETRY_MAX_S) -> Callable[[], float]:
@@ -165,11 +166,12 @@ class HubClient:
         self, server_url: str, identity: Identity, *, wire: Wire | None = None, retry_window_s: float = RETRY_WINDOW_S,
         monotonic: Callable[[], float] = time.monotonic, delays: Callable[[], Callable[[], float]] = retry_delays,
         credential: CredentialFile | None = None, say: Callable[[str], None] = lambda line: None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:  # fmt: skip
         self.identity = identity
         self.credential = credential  # rotate-v1 (operations.md 4.2): the token in use is its token
         self._say = say
-        self.wire = wire or hub_wire(server_url, identity.runner_id)
+        self.wire = wire or hub_wire(server_url, identity.runner_id, tls)
         self.hub_features: frozenset[str] = frozenset()
         self.retry_window_s = retry_window_s
         self._monotonic = monotonic

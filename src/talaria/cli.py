@@ -220,6 +220,8 @@ def cmd_db(args: argparse.Namespace) -> int:
     data_dir = settings.data_dir
     if args.action == "copy":
         return _db_copy(args, settings)
+    if args.action == "backup":
+        return _db_backup(args, settings)
     if args.to is not None and not isinstance(args.to, int):
         print("talaria db: --to is a version number here (a database URL only for db copy)", file=sys.stderr)
         return 1
@@ -296,6 +298,29 @@ def _db_copy(args: argparse.Namespace, settings: Settings) -> int:
         print(f"{table} {rows} rows")
     print(report.chain.line())
     print("next: set database.url (or TALARIA_DATABASE_URL) to the target for the hub, then start it")
+    return 0
+
+
+def _db_backup(args: argparse.Namespace, settings: Settings) -> int:
+    """Operations.md 7.1: a consistent copy of a SQLite hub's database and audit key, while it serves."""
+    from talaria.db_backup import BackupRefused, backup_sqlite
+
+    if settings.database_url:
+        print("talaria db backup: on PostgreSQL use base backups with WAL archiving, or pg_dump --format=custom "
+              "(operations.md 7.3)", file=sys.stderr)  # fmt: skip
+        return 1
+    if args.to is None:
+        print("talaria db backup: --to FILE names the backup to write", file=sys.stderr)
+        return 1
+    try:
+        made = backup_sqlite(settings.data_dir, Path(str(args.to)), lambda line: print(line, flush=True))
+    except BackupRefused as exc:
+        print(f"talaria db backup: {exc}; nothing was written", file=sys.stderr)
+        return 1
+    except TalariaError as exc:
+        print(f"talaria db backup: {exc.message}; nothing was written", file=sys.stderr)
+        return 1
+    print(made.line())
     return 0
 
 
@@ -437,11 +462,12 @@ def build_parser() -> argparse.ArgumentParser:
     verify.set_defaults(func=cmd_audit_verify)
 
     db = sub.add_parser("db", help="database migrations")
-    db.add_argument("action", choices=["status", "upgrade", "downgrade", "copy"])
+    db.add_argument("action", choices=["status", "upgrade", "downgrade", "copy", "backup"])
     db.add_argument("--data-dir", default=None)
     db.add_argument("--config", type=Path, default=None, help=CONFIG_HELP)
     db.add_argument("--set", choices=list(SETS), help="migration set (downgrade)")
-    db.add_argument("--to", type=_db_target, help="target version (downgrade); target postgresql:// URL (copy)")
+    to_help = "target version (downgrade); target postgresql:// URL (copy); the file to write (backup)"
+    db.add_argument("--to", type=_db_target, help=to_help)
     db.add_argument("--yes", action="store_true", help="confirm a destructive downgrade")
     db.set_defaults(func=cmd_db)
 

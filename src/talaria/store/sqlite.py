@@ -295,3 +295,40 @@ class SQLiteStore:
             self._idle.clear()
         for release in self._on_close:
             release()
+
+
+# ------------------------------------------------------------------ backups (operations.md 7.1, db_backup.py)
+
+
+def copy_pages(source: Path, target: Path) -> None:
+    """Every page of ``source`` into ``target`` in one step, from a read-only connection of its own (one read
+    snapshot: consistent, never restarted by writes, which go on in the WAL), then ``target`` out of WAL mode."""
+    reader = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
+    try:
+        writer = sqlite3.connect(target)
+        try:
+            reader.backup(writer, pages=-1)
+            writer.execute("PRAGMA journal_mode=DELETE")
+        finally:
+            writer.close()
+    finally:
+        reader.close()
+
+
+def self_contained(path: Path) -> None:
+    """``path`` in rollback-journal mode: one file, no ``-wal`` or ``-shm`` beside it."""
+    writer = sqlite3.connect(path)
+    try:
+        writer.execute("PRAGMA journal_mode=DELETE")
+    finally:
+        writer.close()
+
+
+def integrity(path: Path) -> str:
+    """``PRAGMA integrity_check`` of ``path``, read-only: ``ok`` or the first problem."""
+    reader = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        row = reader.execute("PRAGMA integrity_check").fetchone()
+    finally:
+        reader.close()
+    return str(row[0]) if row else "no answer"

@@ -11,6 +11,7 @@ sessions). On any failure nothing is left behind.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,7 +66,8 @@ def _check(partial: Path) -> ChainReport:
         raise BackupRefused(f"the copy failed integrity_check: {checked}")
     store = SQLiteStore(partial)
     try:
-        migrations.current(store)  # the schema's versions are readable
+        if migrations.current(store).get("core", 0) == 0:
+            raise BackupRefused("the database holds no Talaria schema")
         chain = verify(store)
     finally:
         store.close()
@@ -81,10 +83,36 @@ def _copy_key(source: Path, target: Path) -> None:
     except OSError as exc:
         raise BackupRefused(f"cannot read the audit key {source}: {exc.strerror}") from None
     fd = _create_private(target)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(key)
-        handle.flush()
-        os.fsync(handle.fileno())
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(key)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
+
+
+def _name(partial: Path, target: Path) -> None:
+    """Give the checked copy its name, never replacing a file made meanwhile: a hard link where the filesystem has
+    them, else (FAT, some network shares) a rename after one more check."""
+    try:
+        os.link(partial, target)
+        return
+    except FileExistsError:
+        raise BackupRefused(f"{target} exists; remove it or choose another file") from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EOPNOTSUPP):
+            raise
+    if target.exists() or target.is_symlink():
+        raise BackupRefused(f"{target} exists; remove it or choose another file")
+    os.rename(partial, target)
+
+
+def _remove(made: list[Path]) -> None:
+    for path in made:
+        for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")):
+            leftover.unlink(missing_ok=True)
 
 
 def backup_sqlite(data_dir: Path, target: Path, say: Callable[[str], None] = lambda line: None) -> Backup:
@@ -109,18 +137,16 @@ def backup_sqlite(data_dir: Path, target: Path, say: Callable[[str], None] = lam
             os.fsync(handle.fileno())
         _copy_key(data_dir / AUDIT_KEY_NAME, key)
         made.append(key)
-        try:
-            os.link(partial, target)  # never replaces a file made meanwhile
-        except FileExistsError:
-            raise BackupRefused(f"{target} exists; remove it or choose another file") from None
+        _name(partial, target)
         made.append(target)
-        partial.unlink()
+        partial.unlink(missing_ok=True)  # gone already after a rename
         _fsync_dir(target.parent)
         return Backup(target, target.stat().st_size, chain)
+    except OSError as exc:
+        _remove(made)
+        raise BackupRefused(f"cannot write the backup: {exc.strerror or exc}") from None
     except BaseException:
-        for path in made:
-            for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")):
-                leftover.unlink(missing_ok=True)
+        _remove(made)
         raise
     finally:
         partial.unlink(missing_ok=True)

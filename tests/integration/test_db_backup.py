@@ -108,3 +108,25 @@ def test_bad_targets_and_postgresql_are_refused_and_write_nothing(tmp_path: Path
                        env=clean_env(TALARIA_DATABASE_URL="postgresql://talaria@127.0.0.1:1/talaria"))  # fmt: skip
     assert postgres.returncode == 1
     assert "operations.md 7.3" in postgres.stderr and not (tmp_path / "pg.sqlite3").exists()
+
+
+def test_a_file_that_is_not_a_database_is_one_line_and_odd_characters_in_paths_are_kept(tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir(mode=0o700)
+    (broken / "talaria.sqlite3").write_bytes(b"not a database, " * 100)
+    target = tmp_path / "b.sqlite3"
+    done = talaria("db", "backup", "--to", str(target), "--data-dir", str(broken), cwd=tmp_path, env=clean_env())
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("talaria db backup: ") and "Traceback" not in done.stderr, lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken"], "nothing written"
+
+    odd = tmp_path / "d?x#y%z"  # characters a hand-made SQLite URI would misread
+    with hub_env(odd):
+        pass
+    made = talaria("db", "backup", "--to", str(tmp_path / "odd?.sqlite3"), "--data-dir", str(odd / "data"),
+                   cwd=tmp_path, env=clean_env())  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "broken", "d?x#y%z", "odd?.sqlite3", "odd?.sqlite3.audit.key"
+    ], "no stray file"  # fmt: skip

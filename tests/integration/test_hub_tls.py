@@ -113,6 +113,12 @@ def test_a_command_round_trip_over_https_with_the_ca_and_only_transport_failures
 
         with pytest.raises(httpx.HTTPError):  # plain HTTP gets no HTTP answer
             httpx.get(f"http://127.0.0.1:{tls.port}/healthz", timeout=10)
+        tokens = [json.loads(path.read_text())["token"] for path in tls.tmp.glob("node-*/runner.json")]
+        assert len(tokens) == 3
+        for token in tokens:  # the secrets scan: no runner token in the hub's log or the runners' output
+            assert token not in hub.stderr()
+            for runner in runners:
+                runner.assert_silent_about(token)
     finally:
         for runner in runners:
             runner.close()

@@ -140,7 +140,9 @@ def assert_no_tokens(env: Env, *tokens: str) -> None:
         assert token not in shown
 
 
-def test_an_admin_rotation_is_taken_within_one_poll_and_retires_the_old_token(env: Env) -> None:
+def test_an_admin_rotation_is_taken_within_one_poll_and_retires_the_old_token(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
     runner = start(env)
     old = config_token(env)
     created = runner_summary(env.bob, env.runner_id)["createdAt"]
@@ -159,6 +161,8 @@ def test_an_admin_rotation_is_taken_within_one_poll_and_retires_the_old_token(en
     assert runner.lines.count("runner connected") == 1, "the epoch did not change"
     assert runner.stop() == 0
     assert_no_tokens(env, old, new)
+    assert "runner_token_rotated" in caplog.text
+    assert old not in caplog.text and new not in caplog.text, "no token in the hub's log"
 
     # started again, the runner uses credential.json's token
     start(env)

@@ -228,6 +228,10 @@ def test_runner_options_go_into_exec_start(registered: dict[str, object], tmp_pa
     done = command("--config", str(config), "--user", "--print", "--drain-timeout", "60")
     assert done.returncode == 0, done.stderr
     assert f"\nExecStart={' '.join(LAUNCHER)} --config {config} --drain-timeout 60\n" in done.stdout
+    every = command("--config", str(config), "--user", "--print", "--metrics-listen", "[::1]:9100", "--log-format",
+                    "json")  # fmt: skip
+    assert every.returncode == 0, every.stderr
+    assert f" --config {config} --metrics-listen [::1]:9100 --log-format json\n" in every.stdout
 
 
 @pytest.mark.parametrize("value", ["-1", "abc", "1.5", ""])

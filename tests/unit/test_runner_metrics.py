@@ -59,3 +59,27 @@ def test_listen_addresses(text: str, address: tuple[str, int]) -> None:
 def test_bad_listen_addresses(text: str) -> None:
     with pytest.raises(ListenError):
         parse_listen(text)
+
+
+def test_a_failing_page_is_a_500_and_the_connection_closes() -> None:
+    import asyncio
+
+    from talaria.runner.metrics_listener import MetricsListener, Readiness
+
+    def broken() -> bytes:
+        raise RuntimeError("a bug")
+
+    async def scrape() -> bytes:
+        listener = MetricsListener(broken, lambda: Readiness(True))
+        url = await listener.start("127.0.0.1", 0)
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 5)  # read() returns once the listener closed the connection
+        writer.close()
+        await listener.close()
+        return answer
+
+    answer = asyncio.run(scrape())
+    assert answer.startswith(b"HTTP/1.1 500 Internal Server Error\r\n") and b'"code":"internal_error"' in answer

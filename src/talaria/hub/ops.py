@@ -25,7 +25,7 @@ async def healthz() -> dict[str, Any]:
 
 def _schema_problem(hub: Hub) -> str | None:
     """None while the schema is this release's or a newer one with additive steps only (scale.md 2.5)."""
-    found = migrations.schema(hub.store)
+    found = migrations.schema(hub.store, read_only=True)
     if found.pending:
         return "the database's schema is older than this release's"
     if any(not additive for _, _, additive in found.newer_steps):

@@ -217,7 +217,7 @@ class HubClient:
             elif self.credential is not None and self.credential.previous is not None:
                 previous = self.credential.previous
                 answer = await self._attempt(method, op, headers, body, previous, timeout)
-                self._fell_back(previous)
+                await self._fell_back(previous)
                 return answer
             else:
                 raise
@@ -225,14 +225,15 @@ class HubClient:
             self._say("runner credential rotated")
         return answer
 
-    def _fell_back(self, previous: str) -> None:
+    async def _fell_back(self, previous: str) -> None:
         if self.credential is None or self.identity.token == previous:
             return
         self.identity.token = previous
         try:
-            self.credential.fall_back()
+            await asyncio.to_thread(self.credential.fall_back)
         except OSError as exc:
-            self._say(f"runner: cannot write {self.credential.path}: {exc.strerror}; the previous token is in use")
+            self._say(f"runner credential restore failed: cannot write {self.credential.path}: {exc.strerror}; "
+                      "the previous token is in use")  # fmt: skip
             return
         self._say("runner credential restored: the hub refused the new token and accepted the previous one")
 

@@ -67,8 +67,11 @@ class MetricsListener:
         request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
         parts = request_line.split(" ")
         method, path = (parts[0], parts[1].split("?", 1)[0]) if len(parts) == 3 else ("", "")
-        status, content_type, body = self._answer(method, path)
-        reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[status]
+        try:
+            status, content_type, body = self._answer(method, path)
+        except Exception:  # a bug must not leave the connection open
+            status, content_type, body = 500, "application/json", b'{"code":"internal_error","error":"internal error"}'
+        reason = {200: "OK", 404: "Not Found", 500: "Internal Server Error", 503: "Service Unavailable"}[status]
         headers = (
             f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
             "Cache-Control: no-store\r\nConnection: close\r\n\r\n"

@@ -147,8 +147,13 @@ class Schema:
                 for name in SETS for version in range(self.want[name] + 1, self.have[name] + 1)]  # fmt: skip
 
 
-def schema(store: Store) -> Schema:
-    have = current(store)
+def schema(store: Store, *, read_only: bool = False) -> Schema:
+    """``read_only``: one read transaction (``/readyz``): the bookkeeping tables must exist already (a hub made them
+    at start)."""
+    have = current(store) if not read_only else None
     with store.read() as tx:
+        if have is None:
+            have = {name: 0 for name in SETS}
+            have.update({row["migration_set"]: row["version"] for row in tx.all("schema_version_list")})
         recorded = {(r["migration_set"], r["version"]): bool(r["additive"]) for r in tx.all("schema_step_list")}
     return Schema(have, latest(store), recorded)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import structlog
 
@@ -300,35 +301,51 @@ class SQLiteStore:
 # ------------------------------------------------------------------ backups (operations.md 7.1, db_backup.py)
 
 
+def _read_only(path: Path, timeout: float = 5.0) -> sqlite3.Connection:
+    """A read-only connection to ``path`` (its characters escaped in the URI: ``?``, ``#`` or ``%`` in a name
+    must not open another file)."""
+    return sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=timeout)
+
+
 def copy_pages(source: Path, target: Path) -> None:
     """Every page of ``source`` into ``target`` in one step, from a read-only connection of its own (one read
-    snapshot: consistent, never restarted by writes, which go on in the WAL), then ``target`` out of WAL mode."""
-    reader = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
+    snapshot: consistent, never restarted by writes, which go on in the WAL), then ``target`` out of WAL mode.
+    ``StoreUnavailable`` names what failed."""
     try:
-        writer = sqlite3.connect(target)
+        reader = _read_only(source, timeout=30)
         try:
-            reader.backup(writer, pages=-1)
-            writer.execute("PRAGMA journal_mode=DELETE")
+            writer = sqlite3.connect(target)
+            try:
+                reader.backup(writer, pages=-1)
+                writer.execute("PRAGMA journal_mode=DELETE")
+            finally:
+                writer.close()
         finally:
-            writer.close()
-    finally:
-        reader.close()
+            reader.close()
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(f"cannot copy {source}: {exc}") from None
 
 
 def self_contained(path: Path) -> None:
     """``path`` in rollback-journal mode: one file, no ``-wal`` or ``-shm`` beside it."""
-    writer = sqlite3.connect(path)
     try:
-        writer.execute("PRAGMA journal_mode=DELETE")
-    finally:
-        writer.close()
+        writer = sqlite3.connect(path)
+        try:
+            writer.execute("PRAGMA journal_mode=DELETE")
+        finally:
+            writer.close()
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(f"cannot finish {path}: {exc}") from None
 
 
 def integrity(path: Path) -> str:
     """``PRAGMA integrity_check`` of ``path``, read-only: ``ok`` or the first problem."""
-    reader = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        row = reader.execute("PRAGMA integrity_check").fetchone()
-    finally:
-        reader.close()
+        reader = _read_only(path)
+        try:
+            row = reader.execute("PRAGMA integrity_check").fetchone()
+        finally:
+            reader.close()
+    except sqlite3.Error as exc:
+        return str(exc)
     return str(row[0]) if row else "no answer"

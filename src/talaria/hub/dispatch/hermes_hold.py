@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections.abc import Callable
 
 import structlog
@@ -52,7 +53,8 @@ class HermesHolds:
         if runner_id in self._watchers:
             return
         log.info("dispatcher_hermes_hold", runner_id=runner_id)
-        task = asyncio.get_running_loop().create_task(self._watch(runner_id, account))
+        # a context of its own: the watcher outlives the job whose failure started it (no job_id or trace of it)
+        task = asyncio.get_running_loop().create_task(self._watch(runner_id, account), context=contextvars.Context())
         self._watchers[runner_id] = task
         task.add_done_callback(lambda ended: self._forget(runner_id, ended))
 

@@ -121,10 +121,11 @@ class RunnerHub:
             state.waiter.set_result("released")
 
     def draining_count(self) -> int:
-        return sum(1 for state in self.states.values() if state.draining_since is not None)
+        return sum(1 for state in tuple(self.states.values()) if state.draining_since is not None)
 
     def held_count(self) -> int:
-        return sum(1 for state in self.states.values() if state.waiter is not None and not state.waiter.done())
+        states = tuple(self.states.values())  # a scrape reads from a worker thread: a copy, taken atomically
+        return sum(1 for state in states if state.waiter is not None and not state.waiter.done())
 
     def accepts_work(self, runner_id: str) -> bool:
         state = self.states.get(runner_id)
@@ -459,7 +460,7 @@ class RunnerHub:
         }
 
     def pending_count(self) -> int:
-        return sum(len(state.queue) for state in self.states.values())
+        return sum(len(state.queue) for state in tuple(self.states.values()))
 
     def pending_wires(self, runner_id: str) -> list[dict[str, Any]]:
         state = self.states.get(runner_id)

@@ -335,8 +335,9 @@ async def serve(hub: Hub, scope: Scope, receive: Receive, send: Send) -> None:
     """Answer one machine API request, its log lines carrying the runner's id and instance (operations.md 5.3)."""
     parts = scope["path"][len(PREFIX) :].split("/")
     runner_id = parts[0] if UUID.match(parts[0]) else None
-    instance = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-runner-instance"), None)
-    with structlog.contextvars.bound_contextvars(runner_id=runner_id, instance=instance):
+    instance = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-runner-instance"), "")
+    shown = instance if UUID.match(instance) else None  # never an arbitrary header value in the log
+    with structlog.contextvars.bound_contextvars(runner_id=runner_id, instance=shown):
         await _serve(hub, scope, receive, send)
 
 

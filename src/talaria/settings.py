@@ -86,6 +86,16 @@ class Settings:
         return f"{'https' if self.tls else 'http'}://{host}:{self.hub_port}"
 
     @property
+    def token_rotate_after_ms(self) -> int:
+        """``runners.token_rotate_after_s`` in milliseconds (0: only when an admin asks; operations.md 4.1)."""
+        return self.runners_token_rotate_after_s * 1000
+
+    @property
+    def token_overlap_ms(self) -> int:
+        """``runners.token_overlap_s`` in milliseconds: how long an unused next token stays valid."""
+        return self.runners_token_overlap_s * 1000
+
+    @property
     def tls(self) -> bool:
         """The hub serves TLS itself (operations.md 6)."""
         return bool(self.hub_tls_cert and self.hub_tls_key)

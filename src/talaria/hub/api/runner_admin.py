@@ -61,8 +61,8 @@ def summary(hub: Hub, record: RunnerRecord) -> dict[str, Any]:
     settings = hub.settings
     rotation = record.rotation_json(
         hub.clock.now_ms(),
-        overlap_ms=settings.runners_token_overlap_s * 1000,
-        rotate_after_ms=settings.runners_token_rotate_after_s * 1000,
+        overlap_ms=settings.token_overlap_ms,
+        rotate_after_ms=settings.token_rotate_after_ms,
     )
     return record.record_json() | rotation | hub.runners.summary(record.id)
 

@@ -172,9 +172,9 @@ async def _rotate(hub: Hub, state: ConnState, body: dict[str, Any]) -> Any:
     record = await run_in_threadpool(hub.registry.get, state.runner_id)
     settings = hub.settings
     now = hub.runners.clock.now_ms()
-    if record is None or not record.rotation_due(now, settings.runners_token_rotate_after_s * 1000):
+    if record is None or not record.rotation_due(now, settings.token_rotate_after_ms):
         raise TalariaError("runner_rotation_not_due", "no rotation of this runner's token is due")
-    issued = await run_in_threadpool(hub.registry.issue_next, state.runner_id, settings.runners_token_overlap_s * 1000)
+    issued = await run_in_threadpool(hub.registry.issue_next, state.runner_id, settings.token_overlap_ms)
     if issued is None:
         raise TalariaError("runner_unauthorized", "the runner was disabled or its token is invalid; register it again")
     token, issued_at, replaced = issued
@@ -257,7 +257,7 @@ async def _gate_record(hub: Hub, runner_id: str, headers: dict[str, str]) -> tup
         await hub.runners.disconnect(runner_id, "disabled")
     if "origin" in headers or record is None or not record.enabled or not token:
         raise _unauthorized()
-    overlap_ms = hub.settings.runners_token_overlap_s * 1000
+    overlap_ms = hub.settings.token_overlap_ms
     presented = record.presented(token, now=hub.runners.clock.now_ms(), overlap_ms=overlap_ms)
     if presented == "next":
         promoted = await run_in_threadpool(hub.registry.promote, runner_id, token)
@@ -277,7 +277,7 @@ def _rotation_asked(hub: Hub, runner_id: str, gated: RunnerRecord, answer: dict[
     """A poll answer's ``rotate: true`` (operations.md 4.1). An empty answer may end a held poll, so the record is
     read again: a rotation asked for meanwhile is said at once (an answer with commands left at once)."""
     record = hub.registry.get(runner_id) if not answer["commands"] else gated
-    rotate_after_ms = hub.settings.runners_token_rotate_after_s * 1000
+    rotate_after_ms = hub.settings.token_rotate_after_ms
     return record is not None and record.rotation_due(hub.runners.clock.now_ms(), rotate_after_ms)
 
 

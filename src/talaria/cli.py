@@ -222,6 +222,8 @@ def cmd_db(args: argparse.Namespace) -> int:
         return _db_copy(args, settings)
     if args.action == "backup":
         return _db_backup(args, settings)
+    if args.action in ("restore", "mark-restored"):
+        return _db_restore(args, settings)
     if args.to is not None and not isinstance(args.to, int):
         print("talaria db: --to is a version number here (a database URL only for db copy)", file=sys.stderr)
         return 1
@@ -321,6 +323,54 @@ def _db_backup(args: argparse.Namespace, settings: Settings) -> int:
         print(f"talaria db backup: {exc.message}; nothing was written", file=sys.stderr)
         return 1
     print(made.line())
+    return 0
+
+
+RESTORE_ON_POSTGRES = (
+    "on PostgreSQL restore with its own tools (pg_restore, or a base backup with WAL archiving) into a database no "
+    "replica uses, then run talaria db mark-restored --yes before starting replicas (operations.md 7.3)"
+)
+
+
+def _db_restore(args: argparse.Namespace, settings: Settings) -> int:
+    """Operations.md 7.1-7.3: ``restore`` a SQLite hub from a backup, or ``mark-restored`` a PostgreSQL database
+    restored with its own tools; both offline, both leave the marker the first start acts on (7.2)."""
+    from talaria.clock import SystemClock
+    from talaria.db_restore import RestoreRefused, mark_restored, restore_sqlite
+
+    name = f"talaria db {args.action}"
+    source = getattr(args, "from_file", None)
+    if args.action == "restore" and settings.database_url:
+        print(f"{name}: {RESTORE_ON_POSTGRES}", file=sys.stderr)
+        return 1
+    if args.action == "mark-restored" and not settings.database_url:
+        print(f"{name}: marks a PostgreSQL database; on SQLite use talaria db restore --from FILE", file=sys.stderr)
+        return 1
+    if args.action == "restore" and source is None:
+        print(f"{name}: --from FILE names the backup to restore", file=sys.stderr)
+        return 1
+    if not args.yes:
+        what = f"the database in {settings.data_dir} with {source}" if args.action == "restore" else "this database"
+        print(f"{name} replaces {what} and ends unfinished work at the next start; add --yes", file=sys.stderr)
+        return 1
+    say = lambda line: print(line, flush=True)  # noqa: E731
+    now = SystemClock().now_ms()
+    try:
+        if args.action == "restore":
+            done = restore_sqlite(settings.data_dir, Path(str(source)), resume_unfinished=args.resume_unfinished,
+                                  now_ms=now, say=say)  # fmt: skip
+        else:
+            store = _store_for(args)
+            try:
+                done = mark_restored(store, resume_unfinished=args.resume_unfinished, now_ms=now, say=say)
+            finally:
+                store.close()
+    except (RestoreRefused, TalariaError) as exc:
+        unchanged = "nothing was changed" if args.action == "restore" else "the database was not marked"
+        print(f"{name}: {getattr(exc, 'message', None) or exc}; {unchanged}", file=sys.stderr)
+        return 1
+    for line in done.lines():
+        print(line)
     return 0
 
 
@@ -462,13 +512,19 @@ def build_parser() -> argparse.ArgumentParser:
     verify.set_defaults(func=cmd_audit_verify)
 
     db = sub.add_parser("db", help="database migrations")
-    db.add_argument("action", choices=["status", "upgrade", "downgrade", "copy", "backup"])
+    db.add_argument("action", choices=["status", "upgrade", "downgrade", "copy", "backup", "restore", "mark-restored"])
     db.add_argument("--data-dir", default=None)
     db.add_argument("--config", type=Path, default=None, help=CONFIG_HELP)
     db.add_argument("--set", choices=list(SETS), help="migration set (downgrade)")
     to_help = "target version (downgrade); target postgresql:// URL (copy); the file to write (backup)"
     db.add_argument("--to", type=_db_target, help=to_help)
-    db.add_argument("--yes", action="store_true", help="confirm a destructive downgrade")
+    db.add_argument("--from", dest="from_file", type=Path, default=None, help="the backup to restore (restore)")
+    db.add_argument("--yes", action="store_true", help="confirm a downgrade, restore or mark-restored")
+    db.add_argument(
+        "--resume-unfinished",
+        action="store_true",
+        help="restore, mark-restored: leave unfinished jobs, turns and goals to go on (they may run twice)",
+    )
     db.set_defaults(func=cmd_db)
 
     # `talaria runner …` is handed whole to the runner's own parser (main() below), the one the single-file runner

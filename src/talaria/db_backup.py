@@ -51,7 +51,7 @@ def _create_private(path: Path) -> int:
         raise BackupRefused(f"cannot write {path}: {exc.strerror}") from None
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -140,7 +140,7 @@ def backup_sqlite(data_dir: Path, target: Path, say: Callable[[str], None] = lam
         _name(partial, target)
         made.append(target)
         partial.unlink(missing_ok=True)  # gone already after a rename
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
         return Backup(target, target.stat().st_size, chain)
     except OSError as exc:
         _remove(made)

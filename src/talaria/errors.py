@@ -95,6 +95,7 @@ STATUS_BY_CODE: Mapping[str, int] = {
     "runner_cleanup_forbidden": 403,
     "runner_session_busy": 409,
     "runner_target_changed": 409,
+    "restored_from_backup": 409,  # operations.md 7.2: a chat turn queued or pending at a restored backup's point
     "team_tools_unavailable": 409,
     # a turn reached turns.max_turn_s (or its lease's last renewal) and was interrupted (ADR 0020)
     "turn_timeout": 504,

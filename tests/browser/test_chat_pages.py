@@ -367,3 +367,29 @@ def test_the_chat_list_links_to_older_conversations(
     expect(page.get_by_role("link", name="Older conversations")).to_have_count(0)
     page.get_by_role("link", name="Back to the newest").click()
     expect(links).to_have_count(50)
+
+
+def test_a_message_sent_while_the_hub_drains_is_kept_in_the_composer_with_the_reason(
+    chat_hub: HubServer, browsers: Browsers, alice: httpx.Client
+) -> None:
+    """Operations.md 3.4: during a planned restart a new turn is 503 ``hub_draining``; the page says so in the
+    composer's alert and keeps the text, and nothing was accepted (the user sends it again after the restart)."""
+    _register_offline_node(chat_hub)
+    conversation_id = start_chat(alice, make_bot(alice, "Writer", profile="work"))
+    watched = browsers.context()
+    turns = f"/api/conversations/{conversation_id}/turns"
+    watched.expect_refusal(turns)
+    page = watched.page()
+    sign_in(page, chat_hub, "alice")
+    page.goto(f"{chat_hub.url}/chats/{conversation_id}")
+    message = page.get_by_role("textbox", name="Message")
+    expect(message).to_be_visible()
+    chat_hub.hub.begin_drain()
+    message.fill("send me after the restart")
+    page.get_by_role("button", name="Send").click()
+    alert = page.get_by_role("form", name="Write to Writer").get_by_role("alert")
+    expect(alert).to_have_text("the hub is restarting; send it again in a moment [hub_draining]")
+    expect(message).to_have_value("send me after the restart")
+    expect(page.get_by_role("button", name="Send")).to_be_enabled()
+    expect(page.get_by_role("log", name="Messages").get_by_role("article")).to_have_count(0)
+    assert alice.get(f"/api/conversations/{conversation_id}/messages").json()["messages"] == []

@@ -142,11 +142,13 @@ def test_a_round_failing_after_a_committed_batch_counts_the_batch_and_stop_tries
                          subject=audit.Subject(task=f"tsk_{i:04d}"))  # fmt: skip
     real_batch, calls = audit.seal_batch, []
 
-    def seal_then_fail(on: Store, *, limit: int = audit.SEAL_BATCH, wait: bool = True) -> list[int]:
+    def seal_then_fail(
+        on: Store, *, limit: int = audit.SEAL_BATCH, wait: bool = True, regardless_of_horizon: bool = False
+    ) -> list[int]:  # fmt: skip
         calls.append(on)
         if len(calls) in (2, 3):  # the second batch of the first round, and the first of the stop's round
             raise StoreUnavailable("statement timeout")
-        return real_batch(on, limit=limit, wait=wait)
+        return real_batch(on, limit=limit, wait=wait, regardless_of_horizon=regardless_of_horizon)
 
     monkeypatch.setattr(audit, "seal_batch", seal_then_fail)
     sealer = AuditSealer(store, 5000)

@@ -17,6 +17,7 @@ from talaria.chat.conversations import Conversations
 from talaria.chat.turns import ChatTurns
 from talaria.clock import Clock
 from talaria.errors import TalariaError
+from talaria.hub import restored
 from talaria.hub.api.websession import WebSessions, load_secret_key
 from talaria.hub.chat.bot_access import BotAccess
 from talaria.hub.chat.events import ChatEvents
@@ -148,6 +149,7 @@ def open_hub(settings: Settings, clock: Clock, timings: HubTimings | None = None
         metrics = HubMetrics()
         metrics.watch_store(store)
         engine.add_listener(metrics.on_signal)
+        restored.apply(store, engine, settings, clock)  # operations.md 7.2: before recovery's expiry step
         report = engine.recover()
         with store.write() as tx:
             tx.run("tenant_ensure", name="default", now=clock.now_ms())

@@ -179,10 +179,13 @@ def seal(store: Store, *, limit: int = SEAL_BATCH) -> int:
     return len(seal_batch(store, limit=limit))
 
 
-def seal_batch(store: Store, *, limit: int = SEAL_BATCH, wait: bool = True) -> list[int]:
+def seal_batch(
+    store: Store, *, limit: int = SEAL_BATCH, wait: bool = True, regardless_of_horizon: bool = False
+) -> list[int]:
     """``seal``, returning the sealed events' ``occurred_at`` (ms) once their transaction committed. The batch's
     links are inserted one by one and the head moved once, conditionally, at the end. With ``wait=False`` a head
-    another sealer holds is skipped (nothing sealed: that sealer is at it)."""
+    another sealer holds is skipped (nothing sealed: that sealer is at it). ``regardless_of_horizon`` (only while
+    no replica writes, operations.md 7.3) seals in (xact, pos) order without waiting for the horizon to pass."""
     with store.write() as tx:
         row = tx.one("audit_head_lock" if wait else "audit_head_lock_skip")
         if row is None:
@@ -190,7 +193,7 @@ def seal_batch(store: Store, *, limit: int = SEAL_BATCH, wait: bool = True) -> l
                 return []
             raise StoreUnavailable("the audit chain head is missing")
         start = head = (int(row["seq"]), row["hash"])
-        pending = tx.all("audit_pending_sealable", limit=limit)
+        pending = tx.all("audit_pending_all" if regardless_of_horizon else "audit_pending_sealable", limit=limit)
         for event in pending:
             columns = {key: event[key] for key in _PENDING_COLUMNS}
             head = link(tx, columns, json.loads(event["body"]), head)
@@ -200,7 +203,10 @@ def seal_batch(store: Store, *, limit: int = SEAL_BATCH, wait: bool = True) -> l
     return [int(event["occurred_at"]) for event in pending]
 
 
-def seal_all(store: Store, *, committed: Callable[[list[int]], None] = lambda occurred: None, wait: bool = True) -> int:
+def seal_all(
+    store: Store, *, committed: Callable[[list[int]], None] = lambda occurred: None, wait: bool = True,
+    regardless_of_horizon: bool = False,
+) -> int:  # fmt: skip
     """Seal until a batch comes back short (everything below the horizon then was sealed); returns how many.
     ``committed`` hears each batch (its events' ``occurred_at``) as its transaction commits, so a caller counting
     what it sealed does not lose the batches before one that raised; ``wait=False`` ends at a head another sealer
@@ -209,7 +215,7 @@ def seal_all(store: Store, *, committed: Callable[[list[int]], None] = lambda oc
         return 0
     total = 0
     while True:
-        occurred = seal_batch(store, wait=wait)
+        occurred = seal_batch(store, wait=wait, regardless_of_horizon=regardless_of_horizon)
         committed(occurred)
         total += len(occurred)
         if len(occurred) < SEAL_BATCH:

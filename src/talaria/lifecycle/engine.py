@@ -40,5 +40,9 @@ class Engine(TaskEntries, LeaseEntries, EndEntries, ReleaseEntries, ReadEntries)
         """Start-up recovery (lifecycle.md 10); raises ``RecoveryError`` when start-up must stop."""
         return recovery.recover(self)
 
+    def cancel_unended(self, reason: str) -> int:
+        """A restore's cancel of every unfinished job by the recovery actor (operations.md 7.2)."""
+        return recovery.cancel_unended(self, reason)
+
     def verify_audit(self) -> audit.ChainReport:
         return audit.verify(self.store)

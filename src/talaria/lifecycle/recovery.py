@@ -10,8 +10,10 @@ import structlog
 from talaria.errors import TalariaError
 from talaria.lifecycle.actor import Actor
 from talaria.lifecycle.context import Context, Signals
+from talaria.lifecycle.endings import admin_cancel_in
 from talaria.lifecycle.expiry import expire_all_due, expire_due
-from talaria.lifecycle.records import Task
+from talaria.lifecycle.machine import TERMINAL
+from talaria.lifecycle.records import Dispatch, Job, Task
 from talaria.lifecycle.tasks import dispatch_in
 from talaria.store import migrations
 from talaria.store.interface import Tx
@@ -80,6 +82,34 @@ def _dispatch_one(ctx: Context, actor: Actor, task: Task, tx: Tx, now: int, sign
     if held is None or int(held["revision"]) != task.revision:
         return False
     dispatch_in(ctx.settings, tx, now, actor, task, signals)
+    return True
+
+
+def cancel_unended(ctx: Context, reason: str) -> int:
+    """Every job not terminal gets an admin cancel by the recovery actor with ``reason`` (operations.md 7.2: row 8,
+    or row 9 and then row 12 once its lease expires), one transaction each. A job that ended or was flagged
+    meanwhile is left, so a start interrupted half-way repeats nothing. Returns how many were cancelled or flagged."""
+    principal = ctx.settings.lifecycle_dispatcher_principal
+    with ctx.store.read() as tx:
+        unended = [(row["tenant"], row["id"]) for row in tx.all("job_unended")]
+    count = 0
+    for tenant, job_id in unended:
+        actor = Actor(principal, frozenset({"runtime"}), "recovery", tenant=tenant)
+        if ctx.write(functools.partial(_cancel_one, actor, job_id, reason)):
+            count += 1
+    return count
+
+
+def _cancel_one(actor: Actor, job_id: str, reason: str, tx: Tx, now: int, signals: Signals) -> bool:
+    row = tx.one("job_get", tenant=actor.tenant, id=job_id)
+    job = Job.from_row(row) if row is not None else None
+    if job is None or job.state in TERMINAL or job.cancel_requested:
+        return False
+    found = tx.one("dispatch_get", id=job.dispatch_id)
+    if found is None:  # invariant I6's check names it after recovery
+        return False
+    dispatch = Dispatch.from_row(found)
+    admin_cancel_in(tx, now, actor, job, dispatch, dispatch.binding(actor.principal), reason, None, signals)
     return True
 
 

@@ -74,12 +74,16 @@ def latest(store: Store) -> dict[str, int]:
     return {name: len(available(store.dialect, name)) for name in SETS}
 
 
-def upgrade(store: Store, set_name: str | None = None) -> list[str]:
-    """Apply every pending migration (of one set, or of all); returns what was applied."""
+def upgrade(store: Store, set_name: str | None = None, *, lock_held: bool = False) -> list[str]:
+    """Apply every pending migration (of one set, or of all); returns what was applied. ``lock_held``: the caller
+    holds ``store.migrating()`` already (PostgreSQL's advisory lock is taken on a connection of its own, so a second
+    hold would wait for the first forever)."""
+    if not lock_held:
+        with store.migrating():
+            return upgrade(store, set_name, lock_held=True)
     applied: list[str] = []
-    with store.migrating():
-        for name in [set_name] if set_name else list(SETS):
-            applied += _upgrade_set(store, name)
+    for name in [set_name] if set_name else list(SETS):
+        applied += _upgrade_set(store, name)
     return applied
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from talaria.store.interface import Store
+from talaria.store.interface import Store, Tx
 
 
 @dataclass(frozen=True)
@@ -46,3 +46,9 @@ def keep(store: Store, member: Member, runner_id: str, stored_session_id: str, n
 def retire(store: Store, member: Member, now_ms: int) -> None:
     with store.write() as tx:
         tx.run("member_session_retire", goal_id=member.goal_id, bot_id=member.bot_id, now=now_ms)
+
+
+def retire_all(tx: Tx, now_ms: int) -> None:
+    """A restore (operations.md 7.2): the node may hold turns of a kept session after the backup point, so no member
+    resumes one; each next attempt opens a new session."""
+    tx.run("member_session_retire_all", now=now_ms)

@@ -80,6 +80,13 @@ WHERE p.xact < pg_snapshot_xmin(pg_current_snapshot())
 ORDER BY p.xact, p.pos
 LIMIT :limit
 
+-- name: audit_pending_all
+-- Up to :limit pending events in (xact, pos) order whatever the horizon: db mark-restored, with no replica writing,
+-- on a logical copy whose transaction ids came from the old server (operations.md 7.3).
+SELECT p.* FROM audit_pending p
+ORDER BY p.xact, p.pos
+LIMIT :limit
+
 -- name: audit_pending_delete
 -- Sealed events leave the pending table (their positions, as an array).
 DELETE FROM audit_pending WHERE pos = ANY(:positions)

@@ -99,3 +99,7 @@ WHERE id = :id
 -- name: chat_turn_frame_seq
 -- The last of the turn's frames whose effect is stored, advanced in the transaction that stores it (scale.md 4.1).
 UPDATE chat_turn SET frame_seq = :seq WHERE id = :id AND (frame_seq IS NULL OR frame_seq < :seq)
+
+-- name: chat_turn_waiting_all
+-- Every turn queued or pending, of every tenant, oldest first (a restore ends them, operations.md 7.2).
+SELECT id FROM chat_turn WHERE state IN ('queued', 'pending') ORDER BY created_at, id

@@ -126,3 +126,7 @@ SELECT id FROM hermes_job WHERE id = ANY(:ids) AND cancel_requested = 1
 -- name: job_count_by_state
 -- Jobs per state, for talaria_jobs (operations.md 5.1; read at most every 5 s).
 SELECT state, COUNT(*) AS n FROM hermes_job GROUP BY state
+
+-- name: job_unended
+-- Every job not terminal, of every tenant, oldest first (a restore's cancel, operations.md 7.2).
+SELECT tenant, id FROM hermes_job WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') ORDER BY enqueued_at, id

@@ -13,3 +13,7 @@ ON CONFLICT (goal_id, bot_id) DO UPDATE SET
 -- name: member_session_retire
 -- An attempt ended without a reply taken from Hermes: its session is never used again.
 UPDATE member_session SET state = 'retired', updated_at = :now WHERE goal_id = :goal_id AND bot_id = :bot_id
+
+-- name: member_session_retire_all
+-- A restore: no goal member resumes a kept Hermes session (the node may hold turns after the backup point).
+UPDATE member_session SET state = 'retired', updated_at = :now WHERE state <> 'retired'

@@ -106,3 +106,31 @@ SELECT pg_notify('talaria_runner', :runner_id) AS sent
 -- name: runner_conn_draining_count
 -- Connection states that drain (talaria_runners_draining).
 SELECT COUNT(*) AS n FROM runner_conn WHERE draining_since IS NOT NULL
+
+-- name: runner_conn_drop_events
+-- A restore drops the runners' operational state (scale.md 3.1), children first: accepted Hermes frames.
+DELETE FROM runner_event
+
+-- name: runner_conn_drop_tool_calls
+-- A restore: tool calls of grants.
+DELETE FROM runner_tool_call
+
+-- name: runner_conn_drop_gateways
+-- A restore: hub-side gateway channels.
+DELETE FROM runner_gateway
+
+-- name: runner_conn_drop_grants
+-- A restore: hub-side grants.
+DELETE FROM runner_grant
+
+-- name: runner_conn_drop_commands
+-- A restore: the command queue.
+DELETE FROM runner_command
+
+-- name: runner_conn_drop_retired
+-- A restore: gate 6's retired instances.
+DELETE FROM runner_retired
+
+-- name: runner_conn_drop_all
+-- A restore: the connection states last; every runner gets a new epoch at its next poll.
+DELETE FROM runner_conn

@@ -97,3 +97,8 @@ WITH cls AS (
     WHERE s.relkind = 'S'
 )
 SELECT type, name, tbl_name, sql FROM objects ORDER BY type COLLATE "C", name COLLATE "C"
+
+-- name: schema_version_exists
+-- Whether the migration bookkeeping table exists, read without creating it (db mark-restored on a database that may
+-- hold no Talaria schema).
+SELECT to_regclass('schema_version') IS NOT NULL AS present

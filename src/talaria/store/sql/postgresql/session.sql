@@ -32,3 +32,7 @@ DELETE FROM web_session WHERE username = :username AND id_hash <> :kept
 -- name: session_prune
 -- Remove sessions past their idle or absolute lifetime.
 DELETE FROM web_session WHERE last_seen_at <= :idle_before OR created_at <= :created_before
+
+-- name: session_delete_all
+-- A restore ends every web session (operations.md 7.2).
+DELETE FROM web_session

@@ -80,3 +80,7 @@ WHERE id = :id AND runner_id = :runner_id AND hermes_session_id = :was
 -- name: chat_conversation_lock
 -- Hold a conversation's row for the rest of the transaction: its queue of turns is read and changed by one writer.
 SELECT id FROM chat_conversation WHERE id = :id
+
+-- name: chat_conversation_unreuse_all
+-- A restore: no conversation resumes its Hermes session (the next turn opens one with the carry-over, chat.md 5.3).
+UPDATE chat_conversation SET session_reusable = 0 WHERE session_reusable = 1

@@ -24,8 +24,8 @@ import pytest
 
 from talaria.store import migrations
 from talaria.testing.hermes_fixture import HermesFixture
-from tests.hermes.chat_support import make_bot, send, start_chat, turn_of, wait_turn
-from tests.hermes.site_support import create_user, register_node, sign_in
+from tests.hermes.chat_support import assert_text_kept_out, make_bot, send, start_chat, turn_of, wait_turn
+from tests.hermes.site_support import PASSWORD, create_user, register_node, sign_in
 from tests.integration.cli_support import HubProcess, clean_env, free_port, talaria
 from tests.integration.runner_support import RunnerProcess, wait_until
 
@@ -164,7 +164,7 @@ def test_the_restore_drill(hub: Hub) -> None:
     hub.hermes.delta_delay_for("a chat streaming at the backup", 0)
     for job_id in (running, queued):
         assert ended(root, job_id)["state"] == "SUCCEEDED"
-    after = approved_job(alice, root, "after the backup")
+    after = approved_job(alice, root, "a job approved later")
     assert ended(root, after)["state"] == "SUCCEEDED"
     assert wait_turn(alice, waiting, pending["id"])["state"] == "completed"
     created = root.post("/api/admin/accounts", json={"username": "bob", "password": "a long enough password here",
@@ -231,6 +231,15 @@ def test_the_restore_drill(hub: Hub) -> None:
         row = db.execute("SELECT hash FROM audit_event WHERE seq = ?", (backup_count,)).fetchone()
         assert row == (backup_head,), "the chain goes on from the backup's head"
         assert db.execute("SELECT COUNT(*) FROM restore_marker").fetchone() == (0,), "the marker went last"
+    db.close()
+    outputs = [made.stdout, made.stderr, restored.stdout, restored.stderr, hub.runner.stdout, hub.runner.stderr]
+    outputs += [path.read_text() for path in hub.tmp.glob("hub-*.stderr")]  # both hub processes' logs
+    token = json.loads(hub.config.read_text())["token"]
+    said = ["running at the backup", "queued at the backup", "a chat streaming at the backup",
+            "a chat pending at the backup", "a job approved later", "a new task after the restore"]  # fmt: skip
+    assert_text_kept_out(said, hub.data, *outputs)
+    for secret in (token, PASSWORD, "a long enough password here"):
+        assert not [text for text in outputs if secret in text], "a secret in a log or an output"
 
 
 @dataclass

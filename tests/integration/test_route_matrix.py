@@ -1,0 +1,334 @@
+"""The security matrix of the web routes, generated from the hub app's route table (issue 17, part 3): every method of
+every route the app serves is named below with its kind, and a route the table has and the matrix does not (or the
+reverse) fails. Each route is then sent, with a well-formed dummy id in each path parameter and an empty JSON body,
+by someone who must be refused, and must answer the documented refusal with nothing changed in any table:
+
+- no session, a disabled account's, or one from before a password change (``auth_version``): 401
+  ``unauthenticated`` from an API route or a part a page's script fetches (``/live``, a transcript), 303 to
+  ``/login?next=`` the path from a page;
+- a user on an admin route (session, CSRF token and Origin right): 403 ``admin_required`` (a page: the 403 page);
+- a write with an empty or wrong CSRF token, or another Origin: 403 ``csrf_failed``.
+
+The session, CSRF and admin checks run before a body is read or an id looked up (web-api.md 2), so the dummy ids
+and bodies cannot decide an answer. Another tenant's objects are the chat matrix's (test_chat_route_matrix.py).
+
+The runner machine API's ops are read from its own table (``machine_api.OPS``) the same way, and each is sent with no
+token, a wrong one, an Origin header, a disabled runner's token (403 ``runner_unauthorized``), and, by a connected
+runner, every op but the poll (which starts a new state) with another epoch (409 ``runner_epoch_changed``)."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+from fastapi.routing import APIRoute, iter_route_contexts
+
+from talaria.clock import SystemClock
+from talaria.hub.api.websession import STATE_CHANGING
+from talaria.hub.app import create_app
+from talaria.hub.runners import machine_api
+from talaria.settings import Settings
+from talaria.testing.hub_server import HubServer
+from tests.conftest import PASSWORD, add_account, login
+
+FOREIGN_ORIGIN = "http://evil.example"
+
+# Every route of the hub app's table, by kind (the matrix's own statement of who may call what).
+API_USER = """
+POST /api/auth/password
+GET /api/auth/me
+POST /api/auth/logout
+POST /api/tasks
+GET /api/tasks
+GET /api/tasks/{task_id}
+POST /api/tasks/{task_id}/submit
+POST /api/tasks/{task_id}/cancel
+GET /api/jobs
+GET /api/jobs/{job_id}
+GET /api/audit
+GET /api/bots
+POST /api/bots
+GET /api/bots/{bot_id}
+PATCH /api/bots/{bot_id}
+GET /api/bot-profiles
+GET /api/conversations
+POST /api/conversations
+GET /api/conversations/{conversation_id}
+PATCH /api/conversations/{conversation_id}
+POST /api/conversations/{conversation_id}/turns
+GET /api/conversations/{conversation_id}/messages
+POST /api/conversations/{conversation_id}/turns/{turn_id}/approvals
+GET /api/conversations/{conversation_id}/turns/{turn_id}
+POST /api/conversations/{conversation_id}/turns/{turn_id}/stop
+POST /api/conversations/{conversation_id}/attachments
+DELETE /api/conversations/{conversation_id}/attachments/{attachment_id}
+GET /api/conversations/{conversation_id}/events
+GET /api/teams
+GET /api/teams/{team_id}
+GET /api/goals
+GET /api/goals/{goal_id}
+PATCH /api/goals/{goal_id}/criteria
+POST /api/goals/{goal_id}/stop
+GET /api/sources
+GET /api/sources/{source}/profiles
+"""
+API_ADMIN = """
+GET /api/admin/accounts
+POST /api/admin/accounts
+PATCH /api/admin/accounts/{username}
+POST /api/tasks/{task_id}/approve
+POST /api/tasks/{task_id}/reject
+POST /api/jobs/{job_id}/cancel
+GET /api/audit/verify
+GET /api/admin/runners
+POST /api/admin/runners
+DELETE /api/admin/runners/{runner_id}
+POST /api/admin/runners/{runner_id}/drain
+POST /api/admin/runners/{runner_id}/rotate-token
+GET /api/admin/runners/{runner_id}/hermes
+POST /api/admin/runners/{runner_id}/test-turn
+"""
+PAGES = """
+GET /tasks
+GET /tasks/{task_id}
+GET /jobs
+GET /jobs/{job_id}
+GET /audit
+GET /settings/password
+GET /chats
+GET /bots
+GET /chats/{conversation_id}
+GET /teams
+GET /teams/{team_id}
+GET /goals/{goal_id}
+"""
+ADMIN_PAGES = """
+GET /settings/nodes
+GET /settings/accounts
+GET /settings/accounts/{username}
+"""
+PARTS = """
+GET /chats/{conversation_id}/transcript
+GET /chats/{conversation_id}/messages/{message_id}
+GET /tasks/{task_id}/live
+GET /jobs/live
+GET /jobs/{job_id}/live
+GET /goals/{goal_id}/progress
+"""
+ADMIN_PARTS = """
+GET /settings/nodes/live
+"""
+# Anyone: sign-in and its page, health, metrics, the document, the icon, static files; ``/`` and ``/settings`` only
+# redirect (to the sign-in page without a session, else to a page that checks it).
+PUBLIC = """
+POST /api/auth/login
+GET /login
+GET /healthz
+GET /readyz
+GET /metrics
+GET /openapi.json
+GET /favicon.ico
+GET /static
+GET /
+GET /settings
+"""
+KINDS = {"api_user": API_USER, "api_admin": API_ADMIN, "page": PAGES, "admin_page": ADMIN_PAGES, "part": PARTS,
+         "admin_part": ADMIN_PARTS, "public": PUBLIC}  # fmt: skip
+MATRIX = {tuple(line.split()): kind for kind, text in KINDS.items() for line in text.strip().splitlines()}
+# Tables a refused request may write: the security events it records (web-api.md 9) and a session's last use.
+MOVING = ("security_event", "web_session", "login_failure")
+
+
+def route_table() -> set[tuple[str, str]]:
+    """Every (method, path) the hub app's route table serves (a mount as GET of its prefix)."""
+    app = create_app(Settings(data_dir=Path("/nonexistent/talaria-route-matrix")), run_reaper=False)
+    found: set[tuple[str, str]] = set()
+    for context in iter_route_contexts(app.web.routes):
+        path = str(context.path or "")
+        if isinstance(context.original_route, APIRoute):
+            found |= {(method, path) for method in set(context.methods or ()) - {"HEAD", "OPTIONS"}}
+        else:
+            found.add(("GET", path))
+    return found
+
+
+def dummy(path: str) -> str:
+    """The path with a well-formed id in each parameter (one that names nothing)."""
+    ids = {"username": "nobody", "runner_id": "00000000-0000-4000-8000-000000000000", "source": "local"}
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return ids.get(name, f"{name.split('_')[0][:3]}_01JZZZZZZZZZZZZZZZZZZZZZZZ")
+
+    return re.sub(r"{(\w+)}", one, path)
+
+
+def snapshot(data_dir: Path) -> dict[str, list[tuple[Any, ...]]]:
+    conn = sqlite3.connect(f"file:{data_dir / 'talaria.sqlite3'}?mode=ro", uri=True)
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {t: conn.execute(f'SELECT * FROM "{t}" ORDER BY rowid').fetchall() for t in tables if t not in MOVING}
+    finally:
+        conn.close()
+
+
+@dataclass
+class Runner:
+    id: str
+    token: str
+    instance: str = "11111111-1111-4111-8111-111111111111"
+
+    def headers(self, token: str | None = None, epoch: str | None = None, **more: str) -> dict[str, str]:
+        made = {"Authorization": f"Bearer {token if token is not None else self.token}",
+                "X-Runner-Instance": self.instance, "X-Runner-Protocol": "1", **more}  # fmt: skip
+        if epoch is not None:
+            made["X-Runner-Epoch"] = epoch
+        return made
+
+
+@dataclass
+class World:
+    server: HubServer
+    clients: dict[str, httpx.Client]
+    node: Runner
+    gone: Runner
+
+    def send(self, who: str, method: str, path: str, **headers: str) -> httpx.Response:
+        client = self.clients[who]
+        body = {"json": {}} if method in STATE_CHANGING else {}
+        request = client.build_request(method, path, headers=headers, **body)  # type: ignore[arg-type]
+        response = client.send(request, stream=True)
+        try:
+            if not response.headers.get("content-type", "").startswith("text/event-stream"):
+                response.read()  # an answered stream would be held open: only its status counts then
+        finally:
+            response.close()
+        return response
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    server = HubServer(tmp_path_factory.mktemp("matrix") / "data", SystemClock()).start()
+    clients: dict[str, httpx.Client] = {}
+    try:
+        for name, role in (("root", "admin"), ("alice", "user"), ("dora", "user"), ("vic", "user")):
+            add_account(server, name, role, allowed_profiles={"local": ["default"]})
+        clients.update({name: login(server, name) for name in ("root", "alice", "dora", "vic")})
+        clients["anonymous"] = server.client(headers={"Origin": server.url})
+        assert clients["root"].patch("/api/admin/accounts/dora", json={"enabled": False}).status_code == 200
+        other = login(server, "vic")  # vic's password changed in another session: the first one ends
+        try:
+            changed = other.post("/api/auth/password", json={"currentPassword": PASSWORD,
+                                                             "newPassword": PASSWORD + " two"})  # fmt: skip
+        finally:
+            other.close()
+        assert changed.status_code == 200, changed.text
+        node, gone = (register(clients["root"], name, source) for name, source in (("node", "local"), ("gone", "old")))
+        assert clients["root"].delete(f"/api/admin/runners/{gone.id}").status_code == 200
+        yield World(server, clients, node, gone)
+    finally:
+        for client in clients.values():
+            client.close()
+        server.stop()
+
+
+def register(root: httpx.Client, name: str, source: str) -> Runner:
+    made = root.post("/api/admin/runners", json={"name": name, "source": source, "allowedProfiles": ["default"]})
+    assert made.status_code == 201, made.text
+    return Runner(made.json()["runner"]["id"], made.json()["token"])
+
+
+def test_the_matrix_names_every_route_of_the_route_table() -> None:
+    table = route_table()
+    assert sorted(table - MATRIX.keys()) == [], "a route the matrix does not name: give it a kind above"
+    assert sorted(MATRIX.keys() - table) == [], "the matrix names a route the hub does not serve"
+
+
+REFUSED_CALLERS = ("anonymous", "dora", "vic")
+GUARDED = sorted(key for key, kind in MATRIX.items() if kind != "public")
+
+
+@pytest.mark.parametrize(("method", "path"), GUARDED, ids=[f"{m} {p}" for m, p in GUARDED])
+def test_a_guarded_route_refuses_whoever_must_be_refused_and_changes_nothing(
+    world: World, method: str, path: str
+) -> None:  # fmt: skip
+    kind = MATRIX[(method, path)]
+    url = dummy(path)
+    before = snapshot(world.server.data_dir)
+    for who in REFUSED_CALLERS:  # no session, a disabled account's, one from before a password change
+        answer = world.send(who, method, url)
+        if kind in ("page", "admin_page"):
+            assert answer.status_code == 303, (who, answer.status_code)
+            assert answer.headers["location"] == f"/login?next={quote(url, safe='')}", who
+        else:
+            assert (answer.status_code, answer.json()["code"]) == (401, "unauthenticated"), who
+    if kind in ("api_admin", "admin_part"):
+        answer = world.send("alice", method, url)
+        assert (answer.status_code, answer.json()["code"]) == (403, "admin_required")
+    elif kind == "admin_page":
+        answer = world.send("alice", method, url)
+        assert answer.status_code == 403 and "admin_required" in answer.text
+    if method in STATE_CHANGING:
+        caller = "root" if kind == "api_admin" else "alice"
+        token = world.clients[caller].headers["X-CSRF-Token"]
+        for headers in ({"X-CSRF-Token": ""}, {"Origin": FOREIGN_ORIGIN}, {"X-CSRF-Token": token[::-1]}):
+            answer = world.send(caller, method, url, **headers)
+            assert (answer.status_code, answer.json()["code"]) == (403, "csrf_failed"), headers
+    assert snapshot(world.server.data_dir) == before
+
+
+MACHINE_OPS = {"poll": "GET", "admit": "POST", "result": "POST", "event": "POST", "tool": "POST", "goodbye": "POST",
+               "rotate": "POST"}  # fmt: skip
+
+
+def test_the_matrix_names_every_machine_api_op() -> None:
+    assert {name: op.method for name, op in machine_api.OPS.items()} == MACHINE_OPS
+
+
+@pytest.mark.parametrize("op", sorted(MACHINE_OPS))
+def test_a_machine_api_op_refuses_a_wrong_caller_and_changes_nothing(world: World, op: str) -> None:
+    method = MACHINE_OPS[op]
+    anonymous = world.clients["anonymous"]
+    before = snapshot(world.server.data_dir)
+
+    def send(runner: Runner, headers: dict[str, str], *, origin: bool = False) -> httpx.Response:
+        url = f"{machine_api.PREFIX}{runner.id}/{op}"
+        body = {"json": {}} if method == "POST" else {}
+        request = anonymous.build_request(method, url, headers=headers, **body)  # type: ignore[arg-type]
+        if not origin:
+            del request.headers["Origin"]  # a runner sends none; the client's default is a browser's
+        return anonymous.send(request)
+
+    node, gone = world.node, world.gone
+    for runner, headers, origin in (
+        (node, {k: v for k, v in node.headers().items() if k != "Authorization"}, False),
+        (node, node.headers(token="not-the-token"), False),
+        (node, node.headers(token=gone.token), False),
+        (node, node.headers(), True),
+        (gone, gone.headers(), False),
+    ):  # fmt: skip
+        answer = send(runner, headers, origin=origin)
+        assert (answer.status_code, answer.json()["code"]) == (403, "runner_unauthorized"), (runner.id, origin)
+    if op != "poll":  # a connected runner's request with another epoch (a poll would start a new state instead)
+        answer = send(node, node.headers(epoch=reset_poll(world) + "-stale"))
+        assert (answer.status_code, answer.json()["code"]) == (409, "runner_epoch_changed")
+    assert snapshot(world.server.data_dir) == before
+
+
+def reset_poll(world: World) -> str:
+    """The node's epoch after a reset poll (a new state, answered at once)."""
+    headers = world.node.headers(**{"X-Runner-Reset": "1"})
+    request = world.clients["anonymous"].build_request("GET", f"{machine_api.PREFIX}{world.node.id}/poll",
+                                                       headers=headers)  # fmt: skip
+    del request.headers["Origin"]
+    answer = world.clients["anonymous"].send(request)
+    assert answer.status_code == 200, answer.text
+    epoch: str = answer.json()["epoch"]
+    return epoch

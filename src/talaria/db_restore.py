@@ -88,8 +88,8 @@ def _refuse_newer(schema: migrations.Schema) -> None:
         raise RestoreRefused(f"the backup was made by a newer release ({newer}); restore it with that release")
 
 
-def _migrate(store: Store, say: Say) -> None:
-    for item in migrations.upgrade(store):
+def _migrate(store: Store, say: Say, *, lock_held: bool = False) -> None:
+    for item in migrations.upgrade(store, lock_held=lock_held):
         say(f"applied {item}")
 
 
@@ -128,8 +128,9 @@ def _write_private(path: Path, data: bytes) -> None:
 
 
 def _check_current(directory: Path) -> None:
-    """Before anything is written: the current database folded into one file, so that it stays whole in place until
-    the copy replaces it, and no ``-wal`` or hot journal left that SQLite would apply to the restored file."""
+    """Before the current database is touched (the checked copy is ready): the current database folded into one file,
+    so that it stays whole in place until the copy replaces it, and no ``-wal`` or hot journal left that SQLite would
+    apply to the restored file."""
     current = directory / SQLITE_NAME
     move_out = f"move {SQLITE_NAME} and its -wal and -shm files out of {directory}, then restore again"
     if current.exists():
@@ -246,8 +247,7 @@ def mark_restored(store: Store, *, resume_unfinished: bool, now_ms: int, say: Sa
         if not chain.ok:
             raise RestoreRefused(f"the restored database's {chain.line()}")
         say(chain.line())
-        for item in migrations.upgrade(store, lock_held=True):
-            say(f"applied {item}")
+        _migrate(store, say, lock_held=True)
         waiting = restored.mark(store, source="postgresql", resume_unfinished=resume_unfinished, now_ms=now_ms)
     return Restored(chain, waiting, resume_unfinished)
 

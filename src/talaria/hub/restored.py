@@ -29,10 +29,10 @@ import structlog
 
 from talaria.chat.turn_writes import end_turn, lock_turn
 from talaria.clock import Clock
-from talaria.lifecycle.actor import Actor
 from talaria.lifecycle.audit_key import FILE_NAME as AUDIT_KEY_NAME
 from talaria.lifecycle.audit_key import AuditKey
 from talaria.lifecycle.engine import Engine
+from talaria.lifecycle.recovery import recovery_actor
 from talaria.settings import Settings
 from talaria.store import migrations
 from talaria.store.interface import Row, Store, Tx
@@ -119,10 +119,6 @@ def mark(
         tx.run("restore_marker_put", now=now_ms, source=source, audit_key_sha256=audit_key_sha256,
                resume_unfinished=int(resume_unfinished))  # fmt: skip
     return unfinished(store)
-
-
-def recovery_actor(settings: Settings, tenant: str) -> Actor:
-    return Actor(settings.lifecycle_dispatcher_principal, frozenset({"runtime"}), "recovery", tenant=tenant)
 
 
 def apply(store: Store, engine: Engine, settings: Settings, clock: Clock) -> Applied | None:

@@ -15,6 +15,7 @@ from talaria.lifecycle.expiry import expire_all_due, expire_due
 from talaria.lifecycle.machine import TERMINAL
 from talaria.lifecycle.records import Dispatch, Job, Task
 from talaria.lifecycle.tasks import dispatch_in
+from talaria.settings import Settings
 from talaria.store import migrations
 from talaria.store.interface import Tx
 
@@ -33,9 +34,14 @@ class RecoveryReport:
     audit_head_seq: int
 
 
+def recovery_actor(settings: Settings, tenant: str | None = None) -> Actor:
+    """Who start-up recovery (and a restore's start, operations.md 7.2) acts as: the dispatcher principal, via
+    ``recovery``."""
+    return Actor(settings.lifecycle_dispatcher_principal, frozenset({"runtime"}), "recovery", tenant=tenant)
+
+
 def recover(ctx: Context) -> RecoveryReport:
-    principal = ctx.settings.lifecycle_dispatcher_principal
-    actor = Actor(principal, frozenset({"runtime"}), "recovery")
+    actor = recovery_actor(ctx.settings)
     schema = migrations.schema(ctx.store)
     missing = schema.pending
     if missing:
@@ -54,7 +60,7 @@ def recover(ctx: Context) -> RecoveryReport:
         undispatched = tx.all("task_approved_undispatched")
     dispatched = 0
     for task in undispatched:
-        guard = Actor(principal, frozenset({"runtime"}), "recovery", tenant=task["tenant"])
+        guard = recovery_actor(ctx.settings, task["tenant"])
         if ctx.write(functools.partial(_dispatch_one, ctx, guard, Task.from_row(task))):
             dispatched += 1
     expired = ctx.write(
@@ -89,12 +95,11 @@ def cancel_unended(ctx: Context, reason: str) -> int:
     """Every job not terminal gets an admin cancel by the recovery actor with ``reason`` (operations.md 7.2: row 8,
     or row 9 and then row 12 once its lease expires), one transaction each. A job that ended or was flagged
     meanwhile is left, so a start interrupted half-way repeats nothing. Returns how many were cancelled or flagged."""
-    principal = ctx.settings.lifecycle_dispatcher_principal
     with ctx.store.read() as tx:
         unended = [(row["tenant"], row["id"]) for row in tx.all("job_unended")]
     count = 0
     for tenant, job_id in unended:
-        actor = Actor(principal, frozenset({"runtime"}), "recovery", tenant=tenant)
+        actor = recovery_actor(ctx.settings, tenant)
         if ctx.write(functools.partial(_cancel_one, actor, job_id, reason)):
             count += 1
     return count

@@ -34,6 +34,9 @@ class Settings:
     hub_tls_cert: str = ""  # operations.md 6: PEM certificate chain; with hub_tls_key the port speaks only TLS
     hub_tls_key: str = ""
     hub_drain_timeout_s: int = 120  # operations.md 3.4: how long SIGTERM waits for running turns (0: not at all)
+    # ADR 0063: how long a client may take to send a request's headers, and then its body (408 request_timeout)
+    hub_request_header_timeout_s: int = 10
+    hub_request_body_timeout_s: int = 120
     # operations.md 4.1: rotate runner tokens older than this (0: only when an admin asks), and how long an unused
     # next token stays valid
     runners_token_rotate_after_s: int = 0
@@ -134,6 +137,8 @@ KEYS: dict[str, tuple[str, type]] = {
     "hub.public_url": ("hub_public_url", str),
     "hub.trusted_proxies": ("hub_trusted_proxies", tuple),
     "hub.drain_timeout_s": ("hub_drain_timeout_s", int),
+    "hub.request_header_timeout_s": ("hub_request_header_timeout_s", int),
+    "hub.request_body_timeout_s": ("hub_request_body_timeout_s", int),
     "hub.tls_cert": ("hub_tls_cert", str),
     "hub.tls_key": ("hub_tls_key", str),
     "runners.token_rotate_after_s": ("runners_token_rotate_after_s", int),
@@ -350,6 +355,12 @@ def validate(s: Settings) -> None:
         raise SettingsError("storage.sqlite_busy_timeout_ms must not be negative")
     if s.hub_drain_timeout_s < 0:
         raise SettingsError("hub.drain_timeout_s must not be negative")
+    for key, value in (
+        ("hub.request_header_timeout_s", s.hub_request_header_timeout_s),
+        ("hub.request_body_timeout_s", s.hub_request_body_timeout_s),
+    ):
+        if not 1 <= value <= 3600:
+            raise SettingsError(f"{key} must be between 1 and 3600")
     if s.runners_token_rotate_after_s < 0:
         raise SettingsError("runners.token_rotate_after_s must not be negative")
     if not 0 <= s.hub_port <= 65535:

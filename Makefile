@@ -13,10 +13,10 @@ APT := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recomm
 PG_BIN ?= /usr/lib/postgresql/15/bin
 
 .DEFAULT_GOAL := help
-.PHONY: help venv hermes browser postgres demo test lint bench runner-bundle clean
+.PHONY: help venv hermes browser postgres demo test lint chaos-smoke chaos bench runner-bundle clean
 
 help: ## show this help
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,12 @@ lint: $(STAMP) ## ruff (lint + format check) and mypy --strict
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
+
+chaos-smoke: $(STAMP) ## the chaos benchmark's short run (each fault kind once; part of make test as a test)
+	$(BIN)/python bench/chaos.py --smoke
+
+chaos: $(STAMP) ## the chaos benchmark's default run (docs/reliability.md; --quick for a shorter one)
+	$(BIN)/python bench/chaos.py
 
 bench: $(STAMP) ## lifecycle benchmark (prints figures; JSON object on the last line)
 	$(BIN)/python bench/lifecycle_bench.py

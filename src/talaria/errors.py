@@ -161,7 +161,7 @@ _DUAL_STATUS = {"binding_mismatch", "runner_connection_closed"}
 RUNNER_RELAYED = frozenset(
     {"hermes_unavailable", "gateway_rejected", "team_tools_bind_failed", "runner_command_forbidden"}
 )
-_CODE_SYNTAX = re.compile(r"^[a-z0-9_.]{1,64}$")
+_CODE_SYNTAX = re.compile(r"^[a-z0-9_.]{1,64}\Z")
 
 
 class TalariaError(Exception):

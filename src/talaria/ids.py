@@ -6,7 +6,7 @@ import re
 import secrets
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-OPAQUE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+OPAQUE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}\Z")
 
 
 # Every pair of Crockford characters, indexed by the 10 bits they encode.

@@ -23,7 +23,7 @@ from talaria.text_rules import is_control
 DEFAULT_HERMES_URL: Final = "http://127.0.0.1:9119"
 LOOPBACK_SERVER_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "[::1]"})
 HERMES_HOSTS: Final = frozenset({"127.0.0.1", "[::1]"})
-UUID_RE: Final = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+UUID_RE: Final = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 # Field limits (runner-protocol.md 3, 14) -> ConfigError naming the field (the runner exits 2, the hub answers 400)
 MAX_ALLOWED_PROFILES: Final = 256  # counted after duplicates are removed
 MAX_PROFILE_CHARS: Final = 256
@@ -31,7 +31,7 @@ MAX_ARTIFACT_ROOTS: Final = 64
 
 _LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
 _HOSTNAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$")
-_PORT = re.compile(r"^[0-9]{1,5}$")
+_PORT = re.compile(r"^[0-9]{1,5}\Z")
 
 
 class ConfigError(Exception):

@@ -9,7 +9,8 @@ end of connection, one deadline per request. No proxies, no redirects, no HTTP/2
 compression (``Accept-Encoding: identity``).
 
 A request that fails on a reused connection before any byte of the answer arrived is sent once more
-on a new connection: the server closed the idle connection and never read the request.
+on a new connection: the server closed the idle connection and never read the request. A request that times out
+drops every idle connection: after a network fault they may all be half-open, and each would cost a timeout.
 """
 
 from __future__ import annotations
@@ -138,6 +139,9 @@ class WireClient:
                         self._discard(stream)
                     return reply
         except TimeoutError as exc:
+            # A connection that timed out says the path may be dead (a half-open connection after a network fault):
+            # its idle siblings are suspect too, and reusing each would cost another whole timeout.
+            self._drop_idle()
             raise WireError("timeout", f"no answer within {self.timeout if timeout is None else timeout:g} s") from exc
         raise WireError("protocol", "unreachable")  # pragma: no cover - the loop returns or raises
 
@@ -260,8 +264,11 @@ class WireClient:
         with contextlib.suppress(Exception):
             stream[1].close()
 
-    async def aclose(self) -> None:
-        self._closed = True
+    def _drop_idle(self) -> None:
         for stream in self._idle:
             self._discard(stream)
         self._idle.clear()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._drop_idle()

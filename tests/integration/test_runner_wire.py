@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 import uvicorn
 
+from talaria.testing.fault_proxy import FaultProxy
 from talaria.wire import WireClient, WireError
 
 
@@ -52,20 +54,28 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-@pytest.fixture
-def server() -> Iterator[str]:
+@contextlib.contextmanager
+def serving(keep_alive_s: int) -> Iterator[str]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(app, log_config=None, access_log=False, timeout_keep_alive=1)
+    config = uvicorn.Config(app, log_config=None, access_log=False, timeout_keep_alive=keep_alive_s)
     uv = uvicorn.Server(config)
     thread = threading.Thread(target=lambda: asyncio.run(uv.serve(sockets=[sock])), daemon=True)
     thread.start()
     while not uv.started:
         thread.join(0.01)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    uv.should_exit = True
-    thread.join(10)
-    sock.close()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        uv.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    with serving(keep_alive_s=1) as url:
+        yield url
 
 
 def run(coro: Any) -> Any:
@@ -201,3 +211,31 @@ def test_a_server_that_never_answers_times_out() -> None:
         assert caught.value.kind == "timeout"
     finally:
         listener.close()
+
+
+def test_after_a_timeout_no_idle_connection_is_reused() -> None:
+    """Chaos finding (issue 17): after a half-open network fault every idle keep-alive connection is as dead as the
+    one that timed out; reusing them one by one cost the runner a full request timeout each before it reconnected.
+    A timeout drops them all, so the next request goes out on a new connection."""
+
+    async def go(proxy: FaultProxy) -> tuple[str, int]:
+        client = WireClient(proxy.url, max_body=1024, timeout=10)
+        await asyncio.gather(*(client.request("POST", "/echo", body=b"warm") for _ in range(3)))
+        assert len(client._idle) == 3
+        proxy.half_open()  # the three idle connections go silent; neither end is told
+        with pytest.raises(WireError) as caught:
+            await client.request("POST", "/echo", body=b"lost", timeout=1)
+        assert caught.value.kind == "timeout"
+        assert client._idle == []
+        text = (await client.request("POST", "/echo", body=b"after")).text
+        idle = len(client._idle)
+        await client.aclose()
+        return text, idle
+
+    # the server keeps idle connections long enough that none of its closes could pass before the fault
+    with serving(keep_alive_s=60) as server:
+        proxy = FaultProxy(("127.0.0.1", int(server.rsplit(":", 1)[1])), silent_limit_s=30).start()
+        try:
+            assert run(go(proxy)) == ("echo:after", 1)
+        finally:
+            proxy.stop()

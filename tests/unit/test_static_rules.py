@@ -606,3 +606,48 @@ def test_no_test_sleeps_a_fixed_time_longer_than_half_a_second() -> None:
     offenders = [f"{path.relative_to(TESTS.parent)}:{line} sleeps {secs} s" for path in files
                  for line, secs in fixed_sleeps(path)]  # fmt: skip
     assert offenders == [], "wait on the event instead (or explain with '# sleep-ok:'): " + "; ".join(offenders)
+
+
+# A validation pattern anchored with "$" matches before a trailing line break ("bob\n"), and ``.match`` then accepts
+# it: found by the resume-point fuzzer (tests/unit/test_fuzz_parsers.py). Anchor at the very end with \Z, or, for a
+# pattern that is also a JSON Schema pattern (ECMA has no \Z), say so and check it only with ``fullmatch``.
+DOLLAR_ANCHORED = re.compile(r"""re\.compile\(\s*r?["'][^"']*(?<!\\)\$["']""")
+DOLLAR_ALLOWED = "# $: a JSON Schema pattern too; fullmatch only"
+PATTERN_NAME = re.compile(r"^(\w+)(?:\s*:\s*[\w\[\]]+)?\s*=\s*re\.compile")
+
+
+def dollar_anchored(root: Path) -> tuple[list[str], list[str]]:
+    """Lines with a "$"-anchored pattern not marked as a schema pattern, and ``.match``/``.search`` calls of the
+    marked ones."""
+    found: list[str] = []
+    marked: list[tuple[Path, str, str]] = []
+    sources = {path: path.read_text(encoding="utf-8") for path in python_files(root)}
+    for path, text in sources.items():
+        for number, line in enumerate(text.splitlines(), 1):
+            if DOLLAR_ANCHORED.search(line):
+                name = PATTERN_NAME.match(line.strip())
+                if DOLLAR_ALLOWED in line and name is not None:
+                    module = ".".join(("talaria", *path.relative_to(root).with_suffix("").parts))
+                    marked.append((path, module, name.group(1)))
+                else:
+                    found.append(f"{path.relative_to(root)}:{number}")
+    loose = []
+    for path, text in sources.items():
+        for home, module, name in marked:
+            if path != home and not re.search(rf"from {re.escape(module)} import [^\n]*\b{name}\b", text):
+                continue  # another pattern of that name
+            loose += [f"{path.relative_to(root)}: {name}.{m}(" for m in ("match", "search")
+                      if re.search(rf"\b{name}\.{m}\(", text)]  # fmt: skip
+    return found, loose
+
+
+def test_the_anchor_scan_finds_a_dollar_anchored_pattern_and_a_loose_check_of_a_marked_one(tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_text(
+        'import re\nNAME = re.compile(r"^[a-z]+$")\nGOOD = re.compile(r"^[a-z]+\\Z")\n'
+        f'KEY = re.compile(r"^[a-z]+$")  {DOLLAR_ALLOWED}\nok = KEY.fullmatch("a")\nbad = KEY.match("a")\n'
+    )
+    assert dollar_anchored(tmp_path) == (["bad.py:2"], ["bad.py: KEY.match("])
+
+
+def test_no_validation_pattern_is_anchored_with_a_dollar() -> None:
+    assert dollar_anchored(PACKAGE) == ([], [])

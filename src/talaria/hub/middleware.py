@@ -69,7 +69,7 @@ def too_large(code: str, message: str) -> tuple[list[tuple[bytes, bytes]], bytes
 
 
 # Routes whose bodies may be larger than MAX_BODY_BYTES: (path pattern, limit, the 413 answer).
-ATTACHMENT_UPLOAD = re.compile(r"^/api/conversations/[^/]+/attachments$")
+ATTACHMENT_UPLOAD = re.compile(r"^/api/conversations/[^/]+/attachments\Z")
 LARGER_BODIES: Final = (
     (ATTACHMENT_UPLOAD, MAX_ATTACHMENT_BYTES, too_large("attachment_too_large", "an attachment is at most 10 MiB")),
 )

@@ -47,7 +47,7 @@ class ReadDeadlineProtocol(H11Protocol):
     body_timeout_s: float = 120.0
 
     _deadline: asyncio.TimerHandle | None = None
-    _phase: Phase | None = None
+    _phase: tuple[Phase, int] | None = None  # the phase and the request cycle it belongs to
     _received: bool = False  # any byte of the current request
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -72,34 +72,35 @@ class ReadDeadlineProtocol(H11Protocol):
         """Run the deadline of the phase the client is in: its request's headers (unless uvicorn's keep-alive
         timer already watches an idle connection), its body, or none once the request has been read."""
         state = self.conn.their_state
-        phase: Phase | None = None
+        phase: tuple[Phase, int] | None = None
         if self.transport.is_closing():
             phase = None
         elif state is h11.IDLE and self.timeout_keep_alive_task is None:
-            phase = Phase.HEADERS
+            phase = (Phase.HEADERS, 0)
         elif state is h11.SEND_BODY:
-            phase = Phase.BODY
+            phase = (Phase.BODY, id(self.cycle))  # a pipelined request's body gets its own deadline
         if state is not h11.IDLE:
             self._received = False
         self._set(phase)
 
-    def _set(self, phase: Phase | None) -> None:
-        if phase is self._phase:
+    def _set(self, phase: tuple[Phase, int] | None) -> None:
+        if phase == self._phase:
             return  # a deadline runs from the phase's start, not from the last byte
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
         self._phase = phase
         if phase is not None:
-            seconds = self.header_timeout_s if phase is Phase.HEADERS else self.body_timeout_s
-            self._deadline = self.loop.call_later(seconds, self._expired, phase, seconds)
+            seconds = self.header_timeout_s if phase[0] is Phase.HEADERS else self.body_timeout_s
+            self._deadline = self.loop.call_later(seconds, self._expired, phase[0], seconds)
 
     def _expired(self, phase: Phase, seconds: float) -> None:
         self._deadline = None
         self._phase = None
         if self.transport.is_closing():
             return
-        answered = self.cycle is not None and self.cycle.response_started and not self.cycle.response_complete
+        # a body deadline reached after the route began its answer (even finished it) only closes
+        answered = phase is Phase.BODY and self.cycle is not None and self.cycle.response_started
         if phase is Phase.BODY and self.cycle is not None:
             self.cycle.disconnected = True  # the handler reading the body sees the client gone
             self.cycle.message_event.set()

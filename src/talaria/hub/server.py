@@ -145,6 +145,7 @@ def run_hub(settings: Settings, *, clock: Clock | None = None, out: TextIO = sys
         timeout_graceful_shutdown=10,
         proxy_headers=False,
         http=protocol_with(settings.hub_request_header_timeout_s, settings.hub_request_body_timeout_s),
+        ws="none",  # the hub serves no WebSocket (ADR 0063)
         **tls,  # type: ignore[arg-type]
     )
     server = HubUvicorn(config)

@@ -62,7 +62,7 @@ REQUIRED: Final = frozenset({"protocol", "serverURL", "runnerId", "token", "allo
 CREDENTIAL_FIELDS: Final = ("username", "password")
 
 # At most 31 characters: never a whole runner token, which has at least 32.
-_KEY_SHOWN = re.compile(r"^[A-Za-z0-9_.-]{1,31}$")
+_KEY_SHOWN = re.compile(r"^[A-Za-z0-9_.-]{1,31}\Z")
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from talaria.runner.gateway_rpc import ALLOWED, RpcRules, connection_closed, for
 from talaria.runner.hub_client import HubClient, HubError
 from talaria.runner.receipts import Receipts
 
-UUID: Final = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+UUID: Final = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 RUN_ENDS: Final = frozenset({"message.complete", "run.completed", "run.failed"})
 MAX_TYPE_CHARS: Final = 200
 

@@ -16,7 +16,7 @@ MAX_REPLY_BYTES = 8 * 1024 * 1024
 _FIXED = frozenset(
     {"/api/status", "/api/profiles", "/api/config", "/api/files/download", "/api/plugins/talaria/capabilities"}
 )
-_MESSAGES = re.compile(r"^/api/sessions/([^/]+)/messages$")
+_MESSAGES = re.compile(r"^/api/sessions/([^/]+)/messages\Z")
 _NO_PROFILE_CHECK = frozenset({"/api/status", "/api/profiles"})
 _KEPT_HEADERS = ("content-type", "content-length", "content-disposition")
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
-_CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}\Z")
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 
 

@@ -17,7 +17,7 @@ from talaria.runner.metrics import CONTENT_TYPE
 
 MAX_HEAD_BYTES: Final = 8192
 READ_TIMEOUT_S: Final = 5.0
-_LISTEN = re.compile(r"^(?:(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):)?(?P<port>[0-9]{1,5})$")
+_LISTEN = re.compile(r"^(?:(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):)?(?P<port>[0-9]{1,5})\Z")
 
 
 class ListenError(ValueError):

@@ -18,7 +18,7 @@ from importlib import resources
 from talaria.store.interface import Store
 
 SETS = ("core", "lifecycle", "team")
-_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.(up|down)\.sql$")
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.(up|down)\.sql\Z")
 _ADDITIVE = {"-- additive: true": True, "-- additive: false": False}
 
 

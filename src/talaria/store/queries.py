@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-_NAME = re.compile(r"^--\s*name:\s*([a-z][a-z0-9_]*)\s*$")
+_NAME = re.compile(r"^--\s*name:\s*([a-z][a-z0-9_]*)\s*\Z")
 
 
 @dataclass(frozen=True)

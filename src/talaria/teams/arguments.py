@@ -139,7 +139,7 @@ def _one_of(*choices: str) -> Callable[[Any], str]:
 
 def _pattern(regex: re.Pattern[str], what: str) -> Callable[[Any], str]:
     def check(value: Any) -> str:
-        if not regex.match(_string(value)):
+        if not regex.fullmatch(_string(value)):
             raise _Refused(f"must be {what}")
         return str(value)
 

@@ -51,7 +51,7 @@ class HubServer:
         self._app = create_app(settings, clock=self.clock, run_reaper=False, timings=self.timings)
         http = protocol_with(settings.hub_request_header_timeout_s, settings.hub_request_body_timeout_s)
         config = uvicorn.Config(
-            self._app, log_config=None, access_log=False, lifespan="on", proxy_headers=False, http=http
+            self._app, log_config=None, access_log=False, lifespan="on", proxy_headers=False, http=http, ws="none"
         )
         server = HubUvicorn(config)
         self._server = server

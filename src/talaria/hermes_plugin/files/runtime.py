@@ -25,10 +25,10 @@ from types import ModuleType
 from typing import Any
 
 PLUGIN_VERSION = "1"
-TEAM_TOOL = re.compile(r"^team_[0-9a-f]{32}$")
-TEAM_TOOLSET = re.compile(r"^teamrt_[0-9a-f]{16}$")  # a binding's private toolset
-BRIDGE = re.compile(r"^http://127\.0\.0\.1:([0-9]{1,5})$")
-PROFILE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+TEAM_TOOL = re.compile(r"^team_[0-9a-f]{32}\Z")
+TEAM_TOOLSET = re.compile(r"^teamrt_[0-9a-f]{16}\Z")  # a binding's private toolset
+BRIDGE = re.compile(r"^http://127\.0\.0\.1:([0-9]{1,5})\Z")
+PROFILE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}\Z")
 MAX_AHEAD_MS = 30 * 60 * 1000
 BIND_BUDGET_S = 60.0
 CALL_TIMEOUT_S = 300.0

@@ -35,7 +35,7 @@ from talaria.limits import MAX_REJECT_REASON_CHARS, MAX_TASK_PROMPT_CHARS, MAX_T
 from talaria.text_rules import MULTI_LINE_PATTERN, ONE_LINE_PATTERN, multi_line, one_line
 
 router = APIRouter(prefix="/api/tasks", tags=["tasks"], route_class=WebRoute)
-_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}\Z")
 
 
 class CreateTask(StrictBody):
@@ -79,9 +79,9 @@ def _may_use(account: Account, cell: str, profile: str) -> None:
 async def create_task(body: CreateTask, request: Request, user: UserDep, hub: HubDep) -> dict[str, Any]:
     title = text_field(one_line, "title", body.title)
     prompt = text_field(multi_line, "prompt", body.prompt)
-    if not SOURCE.match(body.cell):
+    if not SOURCE.fullmatch(body.cell):
         raise TalariaError("invalid_request", "cell must be a source name (a-z 0-9 . _ -, up to 64)")
-    if not PROFILE.match(body.profile):
+    if not PROFILE.fullmatch(body.profile):
         raise TalariaError("invalid_request", "profile must be a Hermes profile name")
     _may_use(user.account, body.cell, body.profile)
     task = await run_in_threadpool(

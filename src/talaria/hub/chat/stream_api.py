@@ -36,7 +36,7 @@ log = structlog.get_logger("talaria.hub")
 
 router = APIRouter(prefix="/api/conversations", tags=["conversations"], route_class=WebRoute)
 
-_DECIMAL = re.compile(r"^[0-9]+$")
+_DECIMAL = re.compile(r"^[0-9]+\Z")
 # Above any id a conversation can reach: a resume point this long is simply "above the last issued".
 _MAX_DIGITS = 30
 RETRY: Final = f"retry: {CHAT_STREAM_RETRY_MS}\n\n".encode()

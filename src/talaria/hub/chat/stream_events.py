@@ -33,7 +33,7 @@ Draft = dict[str, Any]
 RESET: Final = "stream.reset"
 UNKNOWN_EVENT_ID: Final = "unknown_event_id"
 EVENTS_EXPIRED: Final = "events_expired"
-_TYPE: Final = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+_TYPE: Final = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+\Z")
 
 
 def check_type(type: str) -> None:

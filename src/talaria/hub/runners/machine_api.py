@@ -71,7 +71,7 @@ class Polled:
     features: str
 
 
-UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 USER_AGENT = re.compile(r"talaria-runner/([0-9A-Za-z.+-]{1,64})")
 log = structlog.get_logger("talaria.hub")
 ROTATE = "rotate-v1"

@@ -34,7 +34,7 @@ from talaria.runner_json import (
 from talaria.store.interface import Row, Store
 from talaria.text_rules import ONE_LINE_PATTERN, TextRefused, one_line
 
-SOURCE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+SOURCE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")  # $: a JSON Schema pattern too; fullmatch only
 log = structlog.get_logger("talaria.runners")
 _FIELDS = ("name", "source", "allowedProfiles", "serverURL", "hermesURL", "artifactRoots", "allowInsecureLan")
 _URL = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s/?#@\\]+/?$"
@@ -198,7 +198,7 @@ def parse_registration(body: Any, *, default_server_url: str) -> dict[str, Any]:
     except TextRefused as exc:
         raise _bad("name", str(exc).removeprefix("name ")) from None
     source = body.get("source", "local")
-    if not isinstance(source, str) or not SOURCE.match(source):
+    if not isinstance(source, str) or not SOURCE.fullmatch(source):
         raise _bad("source", "must match ^[a-z0-9][a-z0-9._-]{0,63}$")
     insecure = body.get("allowInsecureLan", False)
     try:

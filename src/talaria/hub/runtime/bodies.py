@@ -19,9 +19,9 @@ from talaria.limits import (
 )
 
 _WORKER = re.compile(rf"^[A-Za-z0-9._:-]{{1,{MAX_WORKER_INSTANCE_CHARS}}}$")
-_ERROR_CODE = re.compile(r"^[a-z0-9_.]{1,64}$")
-_LEASE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+_ERROR_CODE = re.compile(r"^[a-z0-9_.]{1,64}\Z")
+_LEASE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}\Z")
+_DIGEST = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 def bad(message: str) -> TalariaError:

@@ -19,9 +19,9 @@ from talaria.lifecycle.actor import PLATFORM_ADMIN, RUNTIME
 from talaria.limits import MAX_PROXY_SKEW_S
 
 ACCEPTED_ROLES = frozenset({RUNTIME, PLATFORM_ADMIN})
-_IDENT = re.compile(r"^[A-Za-z0-9._:@/-]{1,256}$")
-_TIMESTAMP = re.compile(r"^[0-9]{1,20}$")
-_SIGNATURE = re.compile(r"^[0-9a-f]{64}$")
+_IDENT = re.compile(r"^[A-Za-z0-9._:@/-]{1,256}\Z")
+_TIMESTAMP = re.compile(r"^[0-9]{1,20}\Z")
+_SIGNATURE = re.compile(r"^[0-9a-f]{64}\Z")
 HEADERS = (
     "x-talaria-principal",
     "x-talaria-roles",

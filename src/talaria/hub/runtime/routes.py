@@ -34,7 +34,7 @@ from talaria.lifecycle.records import LeaseRef
 from talaria.limits import MAX_BODY_BYTES
 
 PREFIX = "/internal/runtime/v1/hermes"
-_KEY = re.compile(r"^[A-Za-z0-9_:-]{1,255}$")
+_KEY = re.compile(r"^[A-Za-z0-9_:-]{1,255}\Z")
 _RECORDED_409 = frozenset(
     {
         "binding_mismatch",

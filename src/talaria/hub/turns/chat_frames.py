@@ -34,7 +34,7 @@ from talaria.hub.turns.driver import TurnResult
 from talaria.ids import mint
 from talaria.store.interface import Store, Tx
 
-TEAM_TOOL: Final = re.compile(r"^team_[0-9a-f]{32}$")
+TEAM_TOOL: Final = re.compile(r"^team_[0-9a-f]{32}\Z")
 WITHHELD_NOTICE: Final = (
     "The bot asked for a password or secret. Talaria does not pass those on; the request will time out."
 )

@@ -32,7 +32,7 @@ MAX_URL: Final = 2048  # a longer link target is text: this bounds the look-ahea
 _FENCE: Final = re.compile(r" {0,3}(`{3,})([^`]*)")
 _LANG: Final = re.compile(r"[A-Za-z0-9_+-]{1,32}")
 _HEADING: Final = re.compile(r" {0,3}#{1,6}(?=[ \t]|$)")
-_HEADING_END: Final = re.compile(r"(?:^|[ \t])#+$")  # an optional closing sequence, as in "## Title ##"
+_HEADING_END: Final = re.compile(r"(?:^|[ \t])#+\Z")  # an optional closing sequence, as in "## Title ##"
 _QUOTE: Final = re.compile(r" {0,3}&gt; ?")  # the text is escaped before it is parsed
 _ITEM: Final = re.compile(r" {0,3}(?:[-*+]|([0-9]{1,9})\.)(?: +|$)")
 _SPECIAL: Final = re.compile(r"`+|\*+|_+|\[+|!\[|\\.?", re.DOTALL)

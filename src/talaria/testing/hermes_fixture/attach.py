@@ -15,7 +15,7 @@ from talaria.testing.hermes_fixture.state import FixtureState, LiveSession, RpcE
 MAX_ATTACH_BYTES = 25 * 1024 * 1024
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp"})
 _MAGIC = ((b"\x89PNG\r\n\x1a\n", ".png"), (b"\xff\xd8\xff", ".jpg"), (b"GIF8", ".gif"), (b"BM", ".bmp"))
-_DATA_URL = re.compile(r"^data:([^;,]*)(;base64)?,(.*)$", re.DOTALL)
+_DATA_URL = re.compile(r"^data:([^;,]*)(;base64)?,(.*)\Z", re.DOTALL)
 
 
 def decode_base64(raw: str) -> bytes | None:

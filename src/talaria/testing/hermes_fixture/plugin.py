@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse
 
 from talaria.testing.hermes_fixture.state import FixtureState
 
-_BRIDGE = re.compile(r"^http://127\.0\.0\.1:([0-9]{1,5})$")
+_BRIDGE = re.compile(r"^http://127\.0\.0\.1:([0-9]{1,5})\Z")
 MAX_GRANT_AHEAD_MS = 30 * 60 * 1000
 
 

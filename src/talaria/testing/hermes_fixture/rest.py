@@ -28,7 +28,7 @@ from talaria.testing.hermes_fixture.knobs import HERMES_VERSION
 from talaria.testing.hermes_fixture.state import FixtureState, RequestRecord, valid_profile_name
 from talaria.testing.hermes_fixture.ws import serve_gateway
 
-_MESSAGES = re.compile(r"^/api/sessions/([^/]+)/messages$")
+_MESSAGES = re.compile(r"^/api/sessions/([^/]+)/messages\Z")
 _SENSITIVE_NAMES = frozenset({"auth.json", "auth.lock", "credentials", "config.yaml", ".git-credentials"})
 _SENSITIVE_DIRS = frozenset({"mcp-tokens", "pairing"})
 

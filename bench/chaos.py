@@ -1,0 +1,369 @@
+"""Chaos benchmark (issue 17): the promises of DESIGN.md 3 under faults.
+
+A controller runs jobs, chat turns and Hermes probes (commands) through a ``talaria hub`` process on SQLite and
+three ``talaria runner`` processes, each in front of its own Hermes fixture, while it SIGKILLs and restarts the hub
+and the runners at random, and a loopback proxy between the runners and the hub injects resets, half-open
+connections, partitions and latency. Stale writes are tried on purpose: a killed runner instance's epoch on the
+machine API, and an expired lease on the Runtime API.
+
+At the end it checks, from the fixtures' own request logs and the runners' command logs:
+
+- ``duplicates``: a prompt that reached Hermes more than once, or a command id a runner started more than once;
+- ``silent_losses``: a job or turn not ended after the recovery window, an accepted object the hub later does not
+  know, or a job or turn reported done whose prompt never reached Hermes;
+- ``misreported``: a turn reported failed before submission whose prompt did reach Hermes;
+- ``stale_writes_accepted``: a stale-epoch or stale-lease write answered below 400;
+- ``audit_ok``: ``talaria audit verify`` on the data directory after the hub stops;
+- the hub's data directory and each runner's state directory (its receipts) under the sizes stated below.
+
+Progress goes to stderr; the last line of stdout is one JSON object with counts per outcome, the faults injected,
+recovery times (p50/p99, from the fault's end until every runner it touched answers a probe), peak RSS of every
+process, and ``ok``. The exit status is 0 only when ``ok``.
+
+    .venv/bin/python bench/chaos.py            # >= 1,000 jobs, 200 turns, 10,000 commands; 30 faults (~9 min here)
+    .venv/bin/python bench/chaos.py --quick    # >= 250 jobs, 50 turns, 2,500 commands; 12 faults (< 10 min)
+    .venv/bin/python bench/chaos.py --smoke    # make chaos-smoke: each fault kind once (~1 min)
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from chaos_load import TERMINAL_JOB, TERMINAL_TURN, Ambiguous, Load, Record, call
+from chaos_world import World, clean_env, progress
+from talaria.testing.hermes_fixture import HermesFixture
+
+MIB = 1024 * 1024
+HUB_DATA_LIMIT = 256 * MIB
+RUNNER_STATE_LIMIT = 32 * MIB
+RECOVERY_WINDOW_S = 240.0  # after the last fault: every job and turn must have ended by then
+PRE_SUBMISSION = ("runner_offline", "runner_command_not_admitted", "runner_profile_forbidden", "hermes_unavailable",
+                  "gateway_rejected", "runner_busy", "runner_payload_limit", "internal_error")  # fmt: skip
+FAULT_KINDS = ("hub_kill", "runner_kill", "reset", "half_open", "partition", "latency")
+
+
+@dataclass(frozen=True)
+class Size:
+    jobs: int
+    turns: int
+    commands: int
+    conversations: int
+    job_workers: int
+    probe_workers: int
+    fault_gap_s: tuple[float, float]  # a random pause in this range between two faults
+    stale_leases: int
+    fault_rounds: int  # each fault kind this many times; work goes on until the last
+
+
+# At most 8 conversations: they are one account's, and chat.md 7 allows 8 turns in progress per account.
+SIZES = {
+    "default": Size(1000, 200, 10_000, 8, 12, 3, (4.0, 12.0), 5, 5),
+    "quick": Size(250, 50, 2500, 5, 10, 2, (3.0, 8.0), 3, 2),
+    "smoke": Size(24, 9, 150, 3, 6, 1, (1.0, 2.0), 1, 1),
+}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))] if ordered else 0.0
+
+
+RUN_MARKER = re.compile(r"^\[talaria-run:([^:\]]+):([^:\]]+)\]$")
+
+
+@dataclass(frozen=True)
+class Executions:
+    """How many times Hermes started each run, by the run marker on its prompt's last line (the driver's, on its
+    own line: ``[talaria-run:<run id>:<work id>]``). A chat turn's run id is its turn id; a job's work id is its
+    job id. Markers elsewhere in a prompt are carried-over transcript (chat.md 5.4), not executions."""
+
+    runs: Counter[str]
+    works: Counter[str]
+    pairs: list[tuple[str, str]]
+    texts: dict[str, list[str]]
+
+    @classmethod
+    def of(cls, fixtures: list[HermesFixture]) -> Executions:
+        runs: Counter[str] = Counter()
+        works: Counter[str] = Counter()
+        pairs: list[tuple[str, str]] = []
+        texts: dict[str, list[str]] = {}
+        for fixture in fixtures:
+            for turn in fixture.turns():
+                found = RUN_MARKER.match(turn.text.rstrip().rsplit("\n", 1)[-1])
+                if found is None:
+                    continue
+                runs[found[1]] += 1
+                works[found[2]] += 1
+                pairs.append((found[1], found[2]))
+                for key in found.groups():
+                    texts.setdefault(key, []).append(f"{turn.status} {turn.text[:80]!r}")
+        return cls(runs, works, pairs, texts)
+
+
+class Run:
+    def __init__(self, world: World, size: Size, seed: int, smoke: bool) -> None:
+        self.world = world
+        self.size = size
+        self.smoke = smoke
+        self.record = Record()
+        self.load = Load(world, self.record, seed=seed)
+        self.work_done = threading.Event()
+        self.work_done_at = 0.0
+        self.jobs_made = itertools.count()
+        self.turns_made = itertools.count()
+        self.faults_done = threading.Event()
+        self.creating = threading.Event()  # cleared once no worker creates work any more
+        self.creating.set()
+        self.idle_workers = 0
+
+    def go(self) -> None:
+        started = time.monotonic()
+        runners = len(self.world.runners)
+        sources = [r.source for r in self.world.runners]
+        conversations = [self.load.conversation(sources[c % runners]) for c in range(self.size.conversations)]
+        threads = [threading.Thread(target=self._faults, name="faults", daemon=True),
+                   threading.Thread(target=self._stale_leases, name="stale-leases", daemon=True)]  # fmt: skip
+        threads += [threading.Thread(target=self._probes, name=f"probes-{k}", daemon=True)
+                    for k in range(self.size.probe_workers)]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        with ThreadPoolExecutor(self.size.job_workers + len(conversations), thread_name_prefix="work") as pool:
+            work = [pool.submit(self._jobs, sources) for _ in range(self.size.job_workers)]
+            work += [pool.submit(self._turns, conversation) for conversation in conversations]
+            self._wait(work)
+        self.work_done_at = time.monotonic()
+        self.work_done.set()
+        for thread in threads:
+            thread.join()
+        progress(f"work ended after {time.monotonic() - started:.0f} s")
+
+    def _more(self, made: itertools.count[int], quota: int) -> int | None:
+        """The next number, while the quota is not reached or faults are still to come (faults always meet live
+        work). None once there is no more to do."""
+        with self.record.lock:
+            n = next(made)
+        if self.load.stop.is_set() or (n >= quota and self.faults_done.is_set()):
+            with self.record.lock:
+                self.idle_workers += 1
+                if self.idle_workers == self.size.job_workers + self.size.conversations:
+                    self.creating.clear()
+            return None
+        return n
+
+    def _jobs(self, sources: list[str]) -> None:
+        while (n := self._more(self.jobs_made, self.size.jobs)) is not None:
+            self.load.job(f"[j{n:05d}]", sources[n % len(sources)])
+
+    def _turns(self, conversation: str) -> None:
+        while (n := self._more(self.turns_made, self.size.turns)) is not None:
+            self.load.turn(conversation, f"[t{n:05d}]")
+
+    def _wait(self, work: list[Future[None]]) -> None:
+        """Wait for the work; once the faults have stopped and no more work is being made, at most
+        ``RECOVERY_WINDOW_S`` more (every job and turn then open had that long to end)."""
+        deadline: float | None = None
+        while not all(f.done() for f in work):
+            if deadline is None and self.faults_done.is_set() and not self.creating.is_set():
+                deadline = time.monotonic() + RECOVERY_WINDOW_S
+            if deadline is not None and time.monotonic() > deadline:
+                progress("the recovery window ended with work still open")
+                self.load.stop.set()
+            time.sleep(0.5)
+        for future in work:
+            if future.exception() is not None:
+                self.record.errors.append(f"work failed: {future.exception()!r}")
+
+    def _faults(self) -> None:
+        """Each kind ``fault_rounds`` times: in the order of ``FAULT_KINDS`` for the smoke run, shuffled otherwise."""
+        plan = list(FAULT_KINDS) * self.size.fault_rounds
+        if not self.smoke:
+            self.load.rng.shuffle(plan)
+        try:
+            while plan and not self.load.stop.wait(self.load.rng.uniform(*self.size.fault_gap_s)):
+                self.load.fault_by_name(plan.pop(0))
+        finally:
+            self.world.proxy.partition(False)
+            self.world.proxy.set_latency(0)
+            self.faults_done.set()
+            progress("faults stopped")
+
+    def _stale_leases(self) -> None:
+        client = self.load.runtime_client()
+        try:
+            done = tries = 0
+            while done < self.size.stale_leases and tries < 4 * self.size.stale_leases and not self.load.stop.is_set():
+                tries += 1
+                try:
+                    done += self.load.stale_lease_write(client)
+                except (httpx.HTTPError, Ambiguous) as exc:  # the hub went away mid-way: this attempt is void
+                    progress(f"stale lease writer: attempt lost ({type(exc).__name__})")
+                except Exception as exc:
+                    self.record.errors.append(f"stale lease writer: {exc!r}")
+        finally:
+            client.close()
+
+    def _probes(self) -> None:
+        """Probe the runners in turn until the work is done and the runners have started enough commands, or
+        the run is stopped, or the work has been done for ``RECOVERY_WINDOW_S`` (the count then falls short,
+        which the verdict reports)."""
+        k, counted_at, enough = 0, 0.0, False
+        while not (self.work_done.is_set() and enough) and not self.load.stop.is_set():
+            if self.work_done.is_set() and time.monotonic() - self.work_done_at > RECOVERY_WINDOW_S:
+                break
+            if self.load.probe(self.world.runners[k % len(self.world.runners)]) != 200:
+                self.load.stop.wait(0.05)  # a node down answers at once: no busy loop
+            k += 1
+            if time.monotonic() - counted_at > 5:  # the logs are read now and then, not per probe
+                counted_at, enough = time.monotonic(), self.commands() >= self.size.commands
+
+    def commands(self) -> int:
+        return sum(1 for r in self.world.runners for line in r.lines() if line.get("event") == "command_started")
+
+
+def judge(run: Run, fixtures: list[HermesFixture]) -> dict[str, Any]:
+    record, load = run.record, run.load
+    duplicates, losses, misreported = 0, list(record.accepted_missing), 0
+    examples: list[str] = []
+    ran = Executions.of(fixtures)
+    job_states: Counter[str] = Counter()
+    for marker, job_id in record.jobs.items():
+        read = call(load.root, "GET", f"/api/jobs/{job_id}")
+        if read.status_code == 404:
+            losses.append(f"job {job_id} ({marker}) accepted and now unknown")
+            continue
+        job = read.json()["job"]
+        reason = (job.get("terminal") or {}).get("reasonCode") or ""
+        job_states[job["state"] + (f" {reason}" if reason and job["state"] != "SUCCEEDED" else "")] += 1
+        seen = ran.works[job_id]
+        duplicates += max(0, seen - 1)
+        if seen > 1:
+            examples.append(f"job {marker} {job['state']}: " + " | ".join(ran.texts[job_id])[:600])
+        if job["state"] not in TERMINAL_JOB:
+            losses.append(f"job {job_id} still {job['state']}")
+        elif job["state"] == "SUCCEEDED" and seen == 0:
+            losses.append(f"job {job_id} SUCCEEDED without its prompt reaching Hermes")
+        elif job["state"] == "FAILED" and reason in PRE_SUBMISSION and seen > 0:
+            misreported += 1
+    turn_states: Counter[str] = Counter()
+    for marker, (conversation, turn_id) in record.turns.items():
+        read = call(load.alice, "GET", f"/api/conversations/{conversation}/turns/{turn_id}")
+        if read.status_code == 404:
+            losses.append(f"turn {turn_id} ({marker}) accepted and now unknown")
+            continue
+        turn = read.json()["turn"]
+        code = turn.get("code") or ""
+        turn_states[turn["state"] + (f" {code}" if code else "")] += 1
+        seen = ran.runs[turn_id]
+        duplicates += max(0, seen - 1)
+        if seen > 1:
+            examples.append(f"turn {marker} {turn['state']}: " + " | ".join(ran.texts[turn_id])[:600])
+        if turn["state"] not in TERMINAL_TURN:
+            losses.append(f"turn {turn_id} still {turn['state']}")
+        elif turn["state"] == "completed" and seen == 0:
+            losses.append(f"turn {turn_id} completed without its prompt reaching Hermes")
+        elif turn["state"] == "failed" and code in PRE_SUBMISSION and seen > 0:
+            misreported += 1
+    # a run Hermes started for no job or turn the load made: a second object made by a replayed request
+    known_turns = {turn_id for _, turn_id in record.turns.values()}
+    known_jobs = set(record.jobs.values())
+    strays = [f"{run_id}:{work_id}" for run_id, work_id in ran.pairs if run_id not in known_turns
+              and work_id not in known_jobs]  # fmt: skip
+    started: Counter[str] = Counter()
+    for runner in run.world.runners:
+        started.update(str(line["command_id"]) for line in runner.lines() if line.get("event") == "command_started")
+    twice = {command: n for command, n in started.items() if n > 1}
+    duplicates += sum(n - 1 for n in twice.values()) + len(strays)
+    examples += [f"command {command} started {n} times" for command, n in list(twice.items())[:5]]
+    examples += [f"a Hermes run for nothing the load made: {stray}" for stray in strays[:5]]
+    return {
+        "jobs": dict(job_states), "turns": dict(turn_states), "commands": {"executed": len(started),
+        "target": run.size.commands, "probes": dict(record.probes)}, "duplicates": duplicates,
+        "silent_losses": len(losses), "misreported": misreported, "losses": losses[:10],
+        "duplicate_examples": examples[:10],
+    }  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--quick", action="store_true", help="a smaller run (at most 10 minutes here)")
+    which.add_argument("--smoke", action="store_true", help="the CI run: each fault kind once (under 3 minutes)")
+    parser.add_argument("--seed", type=int, default=17, help="seed of the fault schedule (default 17)")
+    parser.add_argument("--runners", type=int, default=3)
+    parser.add_argument("--keep", metavar="DIR", type=Path, help="copy the logs and data directories here at the end")
+    args = parser.parse_args()
+    size = SIZES["smoke" if args.smoke else "quick" if args.quick else "default"]
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="talaria-chaos-") as tmp:
+        world = World(Path(tmp), args.runners)
+        try:
+            world.open()
+            run = Run(world, size, args.seed, args.smoke)
+            run.go()
+            fixtures = [r.hermes for r in world.runners if r.hermes is not None]
+            verdict = judge(run, fixtures)
+            run.load.close()
+            world.hub.stop()
+            verify = subprocess.run(
+                [sys.executable, "-m", "talaria", "audit", "verify", "--data-dir", str(world.hub.data)],
+                capture_output=True, text=True, env=clean_env(), timeout=300, check=False,
+            )  # fmt: skip
+            progress(f"audit verify: {verify.stdout.strip() or verify.stderr.strip()}")
+            sizes = world.sizes()
+        finally:
+            world.close()
+            if args.keep is not None:
+                shutil.copytree(tmp, args.keep, dirs_exist_ok=True, ignore=shutil.ignore_patterns("hermes-token"))
+                progress(f"kept the run's files in {args.keep}")
+    record = run.record
+    over = [name for name, value in sizes.items()
+            if value > (HUB_DATA_LIMIT if name == "hub_data" else RUNNER_STATE_LIMIT)]  # fmt: skip
+    recovery = {kind: {"p50": round(percentile(v, 50), 2), "p99": round(percentile(v, 99), 2), "n": len(v)}
+                for kind, v in sorted(record.recovery_s.items())}  # fmt: skip
+    processes = [world.hub, *world.runners]
+    rss = {m.name: round(m.peak_kib / 1024, 1) for m in processes}
+    rss["controller_and_fixtures"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    summary = verdict | {
+        "faults": dict(record.faults) | {f"proxy_{k}": v for k, v in world.proxy.counts.items()},
+        "recovery_s": recovery,
+        "stale_writes_attempted": dict(record.stale_attempts),
+        "stale_writes_accepted": len(record.stale_accepted),
+        "stale_answers": dict(record.stale_answers),
+        "audit_ok": verify.returncode == 0,
+        "sizes_mib": {name: round(value / MIB, 2) for name, value in sizes.items()},
+        "sizes_over_limit": over,
+        "peak_rss_mib": rss,
+        "restarts": {m.name: m.starts - 1 for m in processes},
+        "errors": record.errors[:10],
+        "seconds": round(time.monotonic() - began, 1),
+    }
+    summary["ok"] = (
+        summary["duplicates"] == 0 and summary["silent_losses"] == 0 and summary["misreported"] == 0
+        and summary["stale_writes_accepted"] == 0 and summary["audit_ok"] and not over and not record.errors
+        and record.stale_attempts["epoch"] > 0 and record.stale_attempts["lease"] > 0
+        and summary["commands"]["executed"] >= size.commands
+    )  # fmt: skip
+    print(json.dumps(summary))
+    return 0 if summary["ok"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

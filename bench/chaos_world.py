@@ -1,0 +1,278 @@
+"""The processes of ``bench/chaos.py``: a ``talaria hub`` process on SQLite (killed with SIGKILL and started again on
+the same port and data directory), ``talaria runner`` processes (the same), a Hermes fixture per runner in this
+process (whose request logs are the evidence of what ran), and the fault proxy between the runners and the hub.
+
+Every process's standard error is appended to a log file in the work directory, across restarts; peak RSS
+(``VmHWM``) is sampled while a process lives and read once more before it is stopped or killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from talaria.testing.fault_proxy import FaultProxy
+from talaria.testing.hermes_fixture import HermesFixture
+
+PASSWORD = secrets.token_urlsafe(18)
+PROXY_SECRET = secrets.token_urlsafe(40)
+READY_PREFIX = "talaria hub listening on "
+START_S = 60.0
+
+# The hub's lifecycle timings for the run: shorter leases than the defaults, so that the stale-lease writer's
+# lease expires in seconds (operations documented in docs/reliability.md).
+HUB_SETTINGS = {
+    "TALARIA_RUNTIME_API_ENABLED": "true",
+    "TALARIA_LIFECYCLE_LEASE_TTL_S": "8",
+    "TALARIA_LIFECYCLE_HEARTBEAT_INTERVAL_S": "2",
+    "TALARIA_LIFECYCLE_REAPER_INTERVAL_S": "1",
+}
+
+
+def progress(text: str) -> None:
+    print(f"[chaos] {text}", file=sys.stderr, flush=True)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TALARIA_", "HERMES_"))}
+    return env | extra
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def peak_rss_kib(pid: int) -> int:
+    """``VmHWM`` of a live process (0 once it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def talaria(*args: str, cwd: Path, stdin: str = "") -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "talaria", *args], input=stdin, capture_output=True, text=True, cwd=cwd,
+        env=clean_env(), timeout=120, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"talaria {args[0]} {args[1]} failed: {done.stderr.strip()[-400:]}")
+    return done.stdout
+
+
+@dataclass
+class Managed:
+    """A child process started again and again; ``peak_kib`` is the largest ``VmHWM`` of any of its lives."""
+
+    name: str
+    log: Path
+    proc: subprocess.Popen[str] | None = None
+    peak_kib: int = 0
+    starts: int = 0
+
+    def sample(self) -> None:
+        proc = self.proc  # read once: another thread may set it to None
+        if proc is not None and proc.poll() is None:
+            self.peak_kib = max(self.peak_kib, peak_rss_kib(proc.pid))
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.sample()
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+            self.proc = None
+
+    def stop(self) -> int:
+        if self.proc is None:
+            return 0
+        self.sample()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait(10)
+        self.proc = None
+        return code
+
+
+@dataclass
+class Runner(Managed):
+    config: Path = Path()
+    runner_id: str = ""
+    token: str = field(default="", repr=False)
+    source: str = ""
+    hermes: HermesFixture | None = None
+
+    def start(self) -> None:
+        with self.log.open("a") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "talaria", "runner", "--config", str(self.config), "--log-format", "json"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, text=True, env=clean_env(),
+            )  # fmt: skip
+        self.starts += 1
+
+    def lines(self) -> Iterator[dict[str, Any]]:
+        for raw in self.log.read_text(errors="replace").splitlines():
+            if raw.startswith("{"):
+                try:
+                    yield json.loads(raw)
+                except json.JSONDecodeError:
+                    continue  # a line cut by SIGKILL
+
+    def connections(self) -> list[tuple[str, str]]:
+        """(instance, epoch) of every ``runner_connected`` line, oldest first."""
+        return [(str(line.get("instance")), str(line.get("epoch"))) for line in self.lines()
+                if line.get("event") == "runner_connected"]  # fmt: skip
+
+    def wait_connected(self, after: int, deadline: float) -> bool:
+        while time.monotonic() < deadline:
+            if len(self.connections()) > after:
+                return True
+            if self.proc is None or self.proc.poll() is not None:
+                return False
+            time.sleep(0.1)
+        return False
+
+
+@dataclass
+class Hub(Managed):
+    data: Path = Path()
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> float:
+        """Start on the same port and data directory; returns the seconds until its ready line."""
+        started = time.monotonic()
+        env = clean_env(TALARIA_RUNTIME_API_PROXY_SECRET=PROXY_SECRET, **HUB_SETTINGS)
+        with self.log.open("a") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "talaria", "hub", "--data-dir", str(self.data), "--port", str(self.port)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+            )  # fmt: skip
+        assert proc.stdout is not None
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True).start()
+        try:
+            line = lines.get(timeout=START_S)
+        except queue.Empty:
+            line = ""
+        if not line.startswith(READY_PREFIX):
+            proc.kill()
+            proc.wait(10)
+            raise RuntimeError(f"the hub did not start within {START_S:.0f} s: {self.log.read_text()[-600:]}")
+        self.proc = proc
+        self.starts += 1
+        return time.monotonic() - started
+
+
+def _read_lines(stream: Any, lines: queue.Queue[str]) -> None:
+    """The hub's stdout, line by line, until it ends (read for as long as the hub runs, so it never blocks)."""
+    for line in stream:
+        lines.put(line)
+    lines.put("")
+
+
+class World:
+    """Everything the run starts, in ``work``; ``close`` stops what still runs."""
+
+    def __init__(self, work: Path, runners: int) -> None:
+        self.work = work
+        self.hub = Hub(name="hub", log=work / "hub.log", data=work / "data", port=free_port())
+        self.proxy = FaultProxy(("127.0.0.1", self.hub.port))
+        self.runners: list[Runner] = []
+        self.count = runners
+        self._sampling = threading.Event()
+        self._sampler = threading.Thread(target=self._sample, name="rss-sampler", daemon=True)
+
+    def open(self) -> World:
+        data = str(self.hub.data)
+        talaria("admin", "create-user", "--data-dir", data, "--username", "root", "--role", "admin", cwd=self.work,
+                stdin=PASSWORD + "\n")  # fmt: skip
+        allows = [arg for k in range(self.count) for arg in ("--allow", f"n{k + 1}:default")]
+        talaria("admin", "create-user", "--data-dir", data, "--username", "alice", "--role", "user", "--allow",
+                "rt:default", *allows, cwd=self.work, stdin=PASSWORD + "\n")  # fmt: skip
+        self.proxy.start()
+        for k in range(self.count):
+            self.runners.append(self._register(k + 1))
+        progress(f"hub {self.hub.url} ({self.hub.start():.1f} s to start); runners reach it through {self.proxy.url}")
+        for runner in self.runners:
+            runner.start()
+        deadline = time.monotonic() + START_S
+        for runner in self.runners:
+            if not runner.wait_connected(0, deadline):
+                raise RuntimeError(f"runner {runner.name} did not connect: {runner.log.read_text()[-600:]}")
+        self._sampler.start()
+        return self
+
+    def _register(self, k: int) -> Runner:
+        hermes = HermesFixture().start()
+        hermes.knobs.delta_delay = 0.005
+        node = self.work / f"n{k}"
+        node.mkdir()
+        config = node / "runner.json"
+        talaria("admin", "runners", "register", "--data-dir", str(self.hub.data), "--name", f"node {k}", "--source",
+                f"n{k}", "--profile", "default", "--server-url", self.proxy.url, "--hermes-url", hermes.url,
+                "--out", str(config), cwd=self.work)  # fmt: skip
+        token_file = node / "hermes-token"
+        token_file.write_text(hermes.session_token)
+        token_file.chmod(0o600)
+        body = json.loads(config.read_text()) | {"hermesTokenFile": str(token_file)}
+        config.write_text(json.dumps(body))
+        config.chmod(0o600)
+        return Runner(name=f"n{k}", log=node / "runner.log", config=config, runner_id=body["runnerId"],
+                      token=body["token"], source=f"n{k}", hermes=hermes)  # fmt: skip
+
+    def _sample(self) -> None:
+        while not self._sampling.wait(0.5):
+            for managed in [self.hub, *self.runners]:
+                managed.sample()
+
+    def client(self, username: str) -> httpx.Client:
+        """A signed-in JSON API client (Origin and CSRF token set); the session outlives hub restarts."""
+        client = httpx.Client(base_url=self.hub.url, headers={"Origin": self.hub.url}, timeout=30)
+        answer = client.post("/api/auth/login", json={"username": username, "password": PASSWORD})
+        answer.raise_for_status()
+        client.headers["X-CSRF-Token"] = answer.json()["csrfToken"]
+        return client
+
+    def sizes(self) -> dict[str, int]:
+        """Bytes on disk: the hub's data directory and each runner's state directory (its receipts)."""
+
+        def size(root: Path) -> int:
+            return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+        return {"hub_data": size(self.hub.data)} | {f"{r.name}_state": size(r.config.parent / "state")
+                                                       for r in self.runners}  # fmt: skip
+
+    def close(self) -> None:
+        self._sampling.set()
+        for runner in self.runners:
+            runner.stop()
+        self.hub.stop()
+        self.proxy.stop()
+        for runner in self.runners:
+            if runner.hermes is not None:
+                runner.hermes.stop()

@@ -1,0 +1,52 @@
+"""``make chaos-smoke`` inside ``make test`` (issue 17): ``bench/chaos.py --smoke`` over real processes — a hub on
+SQLite, three runners, their Hermes fixtures and the fault proxy — with each fault kind injected once and stale
+writes tried on purpose. Its JSON verdict must show no duplicate, no silent loss, no accepted stale write and a
+verifying audit chain."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.integration.cli_support import clean_env
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN_LIMIT_S = 480  # under pytest's 600 s per test; the run takes about a minute alone
+FAULTS = ("hub_kill", "runner_kill", "reset", "half_open", "partition", "latency")
+
+
+def test_the_chaos_smoke_run_keeps_every_promise() -> None:
+    # its own process group: a run cut short takes its hub and runners with it
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "chaos.py"), "--smoke"], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=ROOT, env=clean_env(), start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=RUN_LIMIT_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    lines = out.strip().splitlines()
+    assert lines, f"no verdict; stderr:\n{err[-4000:]}"
+    verdict = json.loads(lines[-1])
+    shown = json.dumps(verdict, indent=1) + "\n" + err[-3000:]
+    assert verdict["duplicates"] == 0, shown
+    assert verdict["silent_losses"] == 0, shown
+    assert verdict["misreported"] == 0, shown
+    assert verdict["stale_writes_accepted"] == 0, shown
+    assert verdict["stale_writes_attempted"]["epoch"] >= 2, shown  # result and admit of the killed instance
+    assert verdict["stale_writes_attempted"]["lease"] >= 2, shown  # heartbeat and complete of the expired lease
+    assert verdict["commands"]["executed"] >= verdict["commands"]["target"], shown
+    assert verdict["audit_ok"] is True, shown
+    assert verdict["errors"] == [], shown
+    assert verdict["sizes_over_limit"] == [], shown
+    assert all(verdict["faults"].get(kind, 0) >= 1 for kind in FAULTS), shown
+    assert sum(verdict["jobs"].values()) >= 24, shown
+    assert sum(verdict["turns"].values()) >= 9, shown
+    assert verdict["ok"] is True, shown
+    assert proc.returncode == 0, shown

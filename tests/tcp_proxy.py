@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
-import struct
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+from talaria.testing.fault_proxy import reset_connection
 
 
 class TcpProxy:
@@ -66,7 +66,7 @@ class TcpProxy:
         def cut() -> None:
             self.cut = True
             for writer in list(self._live):
-                _reset(writer)
+                reset_connection(writer)
             self._live.clear()
 
         self._call(cut)
@@ -96,12 +96,12 @@ class TcpProxy:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         backend = None if self.cut else self._choose()
         if backend is None:
-            _reset(writer)
+            reset_connection(writer)
             return
         try:
             up_reader, up_writer = await asyncio.open_connection(*backend)
         except OSError:
-            _reset(writer)
+            reset_connection(writer)
             return
         self._live.update((writer, up_writer))
         try:
@@ -115,7 +115,7 @@ class TcpProxy:
     def stop(self) -> None:
         def stop() -> None:
             for writer in list(self._live):
-                _reset(writer)
+                reset_connection(writer)
             if self._server is not None:
                 self._server.close()
             self._loop.stop()
@@ -133,14 +133,4 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         if writer.can_write_eof():
             writer.write_eof()
     except (ConnectionError, OSError):
-        _reset(writer)
-
-
-def _reset(writer: asyncio.StreamWriter) -> None:
-    """Close with a TCP reset (SO_LINGER 0), as a crashed host's kernel would answer."""
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    with contextlib.suppress(Exception):
-        writer.close()
+        reset_connection(writer)

@@ -184,7 +184,7 @@ class FaultProxy:
                 writer.write_eof()
         except (ConnectionError, OSError):
             if not link.silent:
-                _reset(writer)
+                reset_connection(writer)
 
     def stop(self) -> None:
         def stop() -> None:
@@ -210,13 +210,13 @@ async def _swallow(reader: asyncio.StreamReader) -> None:
 def _close(link: _Link, *, reset: bool) -> None:
     for end in link.ends:
         if reset:
-            _reset(end)
+            reset_connection(end)
         else:
             with contextlib.suppress(Exception):
                 end.close()
 
 
-def _reset(writer: asyncio.StreamWriter) -> None:
+def reset_connection(writer: asyncio.StreamWriter) -> None:
     """Close with a TCP reset (SO_LINGER 0), as a crashed host's kernel would answer."""
     sock = writer.get_extra_info("socket")
     if sock is not None:

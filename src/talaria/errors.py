@@ -41,7 +41,7 @@ STATUS_BY_CODE: Mapping[str, int] = {
     "job_not_found": 404,
     "method_not_allowed": 405,
     "payload_too_large": 413,
-    "request_timeout": 408,  # ADR 0063: a request's headers or body did not arrive in time (hub/read_deadlines.py)
+    "request_timeout": 408,  # ADR 0063: the headers or body did not arrive in time (hub/connection_deadlines.py)
     # state conflicts (lifecycle.md 4-7)
     "dispatch_missing": 409,
     "not_approved": 409,

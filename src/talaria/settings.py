@@ -37,6 +37,8 @@ class Settings:
     # ADR 0063: how long a client may take to send a request's headers, and then its body (408 request_timeout)
     hub_request_header_timeout_s: int = 10
     hub_request_body_timeout_s: int = 120
+    # ADR 0066: how long an answer may stay backed up (the client takes none of it) before the connection is aborted
+    hub_response_write_timeout_s: int = 60
     # operations.md 4.1: rotate runner tokens older than this (0: only when an admin asks), and how long an unused
     # next token stays valid
     runners_token_rotate_after_s: int = 0
@@ -139,6 +141,7 @@ KEYS: dict[str, tuple[str, type]] = {
     "hub.drain_timeout_s": ("hub_drain_timeout_s", int),
     "hub.request_header_timeout_s": ("hub_request_header_timeout_s", int),
     "hub.request_body_timeout_s": ("hub_request_body_timeout_s", int),
+    "hub.response_write_timeout_s": ("hub_response_write_timeout_s", int),
     "hub.tls_cert": ("hub_tls_cert", str),
     "hub.tls_key": ("hub_tls_key", str),
     "runners.token_rotate_after_s": ("runners_token_rotate_after_s", int),
@@ -358,6 +361,7 @@ def validate(s: Settings) -> None:
     for key, value in (
         ("hub.request_header_timeout_s", s.hub_request_header_timeout_s),
         ("hub.request_body_timeout_s", s.hub_request_body_timeout_s),
+        ("hub.response_write_timeout_s", s.hub_response_write_timeout_s),
     ):
         if not 1 <= value <= 3600:
             raise SettingsError(f"{key} must be between 1 and 3600")

@@ -160,3 +160,30 @@ def test_after_a_node_switch_the_carry_over_names_the_attachments_absent_and_sen
     assert audit_verifies(site.data)
     texts = [ASKED, REPLIED, NOTES.decode().strip(), "what did I attach before?", "Nothing is here now."]
     assert_text_kept_out(texts, site.data, *site.logs())
+
+
+def test_file_names_that_look_like_paths_stay_in_the_session_s_staging_directory(
+    site: Site, model: ModelServer
+) -> None:
+    """Issue 17 part 4: a name cannot carry ``/`` or ``\\`` (400), and what it can carry (dots, encoded slashes, a
+    leading dot) is only a name: Hermes stages every such file in the session's desktop-attachments directory."""
+    model.script(when("hostile names", reply("staged")))
+    alice = site.alice
+    conversation_id = start_chat(alice, make_bot(alice))
+    for name in ("../escape.txt", "..\\escape.txt", "/etc/escape.txt"):
+        assert_error(upload(alice, conversation_id, b"x", "text/plain", name), 400, "invalid_request")
+    names = ["..", "%2e%2e%2f..%2fescape.txt", "..%2F..%2Fescape.txt", ".env"]  # at most 4 in a message
+    ids = [uploaded(alice, conversation_id, f"body {i}\n".encode(), "text/plain", n) for i, n in enumerate(names)]
+    sent = alice.post(f"/api/conversations/{conversation_id}/turns", json={"text": "hostile names", "attachments": ids})
+    assert sent.status_code == 202, sent.text
+    done = wait_turn(alice, conversation_id, sent.json()["turn"]["id"], timeout=180)
+    assert done["state"] == "completed", done
+    rows = stored_attachments(site.data)
+    assert [(n, s) for n, s, _, _, _ in rows] == [(n, "sent") for n in names]
+    staged = [Path(str(path)) for _, _, _, path, _ in rows]
+    staging = staged[0].parent
+    assert staging.name == "desktop-attachments" and staging.parent.name == ".hermes", staged
+    for i, path in enumerate(staged):
+        assert path.parent == staging and path.resolve().parent == staging.resolve(), path
+        assert path.read_bytes() == f"body {i}\n".encode()
+    assert not list(staging.parent.parent.parent.rglob("escape.txt")), "no file escaped under its encoded name"

@@ -192,6 +192,18 @@ class Machine:
         return self.client.post(f"/{op}", content=data, headers=merged)
 
 
+def connected_machine(server: HubServer) -> Machine:
+    """A runner registered by the admin ``root`` and connected as one instance (its first poll answered)."""
+    admin = admin_of(server)
+    try:
+        made = register(admin)
+    finally:
+        admin.close()
+    machine = Machine(server, made["runner"]["id"], made["token"])
+    machine.connect()
+    return machine
+
+
 # --- hub operations on the hub's event loop (HubServer.call) -----------------------------------------------------
 
 

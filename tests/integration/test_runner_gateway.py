@@ -926,7 +926,8 @@ def test_an_outage_longer_than_the_window_is_a_local_disconnect_and_a_new_epoch(
         epoch = env.runner.a.server_epoch
         with proxy.outage():
             wait_until(lambda: lines_with(env, "runner disconnected"), what="the local disconnect")
-            assert env.channels() == {}, "the disconnect closed the channel on the runner"
+            # The status line is said before the channels close (agent.local_disconnect), so wait for the close too.
+            wait_until(lambda: env.channels() == {}, what="the disconnect closing the channel on the runner")
         wait_until(lambda: len(lines_with(env, "runner connected")) == 2, what="a new connection")
         assert env.runner.a.server_epoch != epoch, "the reconnect was a reset poll: a new state"
         assert lines_with(env, "runner disconnected")[0].startswith("runner disconnected: transport")

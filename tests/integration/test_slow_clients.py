@@ -209,8 +209,8 @@ def test_a_held_runner_poll_outlives_both_deadlines(tmp_path: Path, hub: tuple[H
     assert _timed_out_lines(process) == []
 
 
-@pytest.mark.parametrize("key", ["request_header_timeout_s", "request_body_timeout_s"])
-def test_a_read_deadline_outside_1_to_3600_seconds_stops_the_hub_naming_the_key(tmp_path: Path, key: str) -> None:
+@pytest.mark.parametrize("key", ["request_header_timeout_s", "request_body_timeout_s", "response_write_timeout_s"])
+def test_a_deadline_outside_1_to_3600_seconds_stops_the_hub_naming_the_key(tmp_path: Path, key: str) -> None:
     variable = f"TALARIA_HUB_{key.upper()}"
     for bad in ("0", "3601"):
         done = talaria("hub", "--data-dir", str(tmp_path / "D"), "--port", "0", cwd=tmp_path,
@@ -219,9 +219,10 @@ def test_a_read_deadline_outside_1_to_3600_seconds_stops_the_hub_naming_the_key(
         assert done.stderr.strip() == f"talaria hub: hub.{key} must be between 1 and 3600"
 
 
-def test_read_deadlines_at_their_edges_are_accepted(tmp_path: Path) -> None:
+def test_deadlines_at_their_edges_are_accepted(tmp_path: Path) -> None:
     for value in ("1", "3600"):
-        env = clean_env(TALARIA_HUB_REQUEST_HEADER_TIMEOUT_S=value, TALARIA_HUB_REQUEST_BODY_TIMEOUT_S=value)
+        env = clean_env(TALARIA_HUB_REQUEST_HEADER_TIMEOUT_S=value, TALARIA_HUB_REQUEST_BODY_TIMEOUT_S=value,
+                        TALARIA_HUB_RESPONSE_WRITE_TIMEOUT_S=value)  # fmt: skip
         process = HubProcess(tmp_path, ["--data-dir", str(tmp_path / "D"), "--port", "0"], env)
         try:
             process.ready()

@@ -19,7 +19,7 @@ import uvicorn
 from talaria.clock import Clock, SystemClock
 from talaria.errors import SettingsError, TalariaError
 from talaria.hub.app import create_app
-from talaria.hub.read_deadlines import protocol_with
+from talaria.hub.connection_deadlines import protocol_for
 from talaria.hub.resources import open_hub
 from talaria.hub.tls import check_tls
 from talaria.lifecycle.recovery import RecoveryError
@@ -144,7 +144,7 @@ def run_hub(settings: Settings, *, clock: Clock | None = None, out: TextIO = sys
         lifespan="on",
         timeout_graceful_shutdown=10,
         proxy_headers=False,
-        http=protocol_with(settings.hub_request_header_timeout_s, settings.hub_request_body_timeout_s),
+        http=protocol_for(settings),
         ws="none",  # the hub serves no WebSocket (ADR 0063)
         **tls,  # type: ignore[arg-type]
     )

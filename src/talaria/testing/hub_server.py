@@ -17,7 +17,7 @@ import uvicorn
 
 from talaria.clock import Clock
 from talaria.hub.app import create_app
-from talaria.hub.read_deadlines import protocol_with
+from talaria.hub.connection_deadlines import protocol_for
 from talaria.hub.resources import Hub
 from talaria.hub.server import HubUvicorn, bind
 from talaria.hub.timings import HubTimings
@@ -49,7 +49,7 @@ class HubServer:
         self.url = f"http://127.0.0.1:{port}"
         settings = dataclasses.replace(self.settings, hub_port=port, hub_public_url=self.url)
         self._app = create_app(settings, clock=self.clock, run_reaper=False, timings=self.timings)
-        http = protocol_with(settings.hub_request_header_timeout_s, settings.hub_request_body_timeout_s)
+        http = protocol_for(settings)
         config = uvicorn.Config(
             self._app, log_config=None, access_log=False, lifespan="on", proxy_headers=False, http=http, ws="none"
         )

@@ -47,8 +47,9 @@ opened while set are aborted after sending that many frames; ``gateway.ready`` i
 Rule knobs, methods (``times``: how many matches a rule serves, None until ``reset_knobs``; the newest matching
 rule wins): ``fail_method(method, code=5000, message=…)``, ``delay_method(method, seconds | None)`` (None: never
 answered), ``drop_on_method(method, after_handling=True, times=1)``, ``fail_route(glob, status, body=None)``,
-``delay_route(glob, seconds)`` (HTTP slowness), ``reply_for(substring, text)``, ``approval_for(substring, …)``,
-``clarify_for(substring, question, choices)``, ``fail_turn_for(substring, message)``,
+``delay_route(glob, seconds)`` (HTTP slowness), ``hold_route(glob)`` (held until its gate is released),
+``reply_for(substring, text)``, ``approval_for(substring, …)``, ``clarify_for(substring, question, choices)``,
+``fail_turn_for(substring, message)``,
 ``error_event_for(substring, message)``, ``compress_on(substring, times=1)``; ``reset_knobs()`` (back to the knobs
 the fixture was constructed with).
 

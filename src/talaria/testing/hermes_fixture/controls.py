@@ -22,6 +22,7 @@ from talaria.testing.hermes_fixture.knobs import (
     ReplyRule,
     RouteDelay,
     RouteFailure,
+    RouteGate,
     TurnFailure,
 )
 from talaria.testing.hermes_fixture.state import (
@@ -79,6 +80,13 @@ class FixtureControls:
     def delay_route(self, pattern: str, seconds: float, *, times: int | None = None) -> None:
         """Wait ``seconds`` before handling HTTP requests whose path matches the glob ``pattern`` (``"*"``: all)."""
         self._add(lambda k: k.route_delays.add(RouteDelay(times, pattern, seconds)))
+
+    def hold_route(self, pattern: str, *, seconds: float = 30.0, times: int | None = 1) -> RouteGate:
+        """Hold HTTP requests whose path matches ``pattern`` until the returned gate is released (at most
+        ``seconds``); the gate's ``reached`` tells when one arrived, so a test can act while it waits."""
+        gate = RouteGate()
+        self._add(lambda k: k.route_delays.add(RouteDelay(times, pattern, seconds, gate)))
+        return gate
 
     def reply_for(self, substring: str, text: str, *, times: int | None = None) -> None:
         """Reply ``text`` to prompts containing ``substring`` (default reply: ``"echo: " + prompt``)."""

@@ -9,6 +9,7 @@ Among the rules that match, the one added last wins.
 from __future__ import annotations
 
 import fnmatch
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -71,9 +72,22 @@ class RouteFailure(_Rule):
 
 
 @dataclass
+class RouteGate:
+    """A held request: ``reached`` is set when it arrives; it is handled once ``release`` is called (or when its
+    rule's seconds have passed)."""
+
+    reached: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+
+    def release(self) -> None:
+        self.released.set()
+
+
+@dataclass
 class RouteDelay(_Rule):
     pattern: str
     seconds: float
+    gate: RouteGate | None = None
 
 
 @dataclass

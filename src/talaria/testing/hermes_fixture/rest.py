@@ -1,11 +1,12 @@
 """The fixture's ASGI app: the REST routes the runner reads (hermes.md 5) and Talaria's plugin routes (hermes.md 8),
 behind Hermes' guards in Hermes' order: the session token (401), the plugin gate (404), the Host header (400).
-A ``delay_route`` knob waits before the guards, a ``fail_route`` knob answers after them. WebSocket scopes go to
-``ws.serve_gateway``. Every request is logged before it is answered.
+A ``delay_route`` or ``hold_route`` knob waits before the guards, a ``fail_route`` knob answers after them. WebSocket
+scopes go to ``ws.serve_gateway``. Every request is logged before it is answered.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -85,7 +86,13 @@ class HermesApp:
         path = request.url.path
         with state.cond:
             delay = state.knobs.route_delays.take(path, "pattern", glob=True)
-        if delay is not None:
+        if delay is not None and delay.gate is not None:
+            delay.gate.reached.set()
+            deadline = asyncio.get_running_loop().time() + delay.seconds
+            while not delay.gate.released.is_set() and asyncio.get_running_loop().time() < deadline:
+                if await state.pause(0.01):
+                    break
+        elif delay is not None:
             await state.pause(delay.seconds)
         with state.cond:
             token = state.token

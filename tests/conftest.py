@@ -19,7 +19,15 @@ from talaria.testing.model_server import ModelServer
 from talaria.testing.postgres_server import PostgresMissing, PostgresServer, required
 from talaria.testing.real_hermes import HermesNotInstalled, hermes_bin
 from tests.backends import backend_database, postgres_store  # noqa: F401 - fixtures the tests share
-from tests.leak_scan_support import MADE, install_recorders, message_texts, scan, scanned_records, secrets_of
+from tests.leak_scan_support import (
+    MADE,
+    install_recorders,
+    message_texts,
+    scan,
+    scanned_records,
+    secrets_of,
+    talaria_files,
+)
 
 # A synthetic per-run proxy secret (lifecycle.md 11); tests/integration scans files for it.
 PROXY_SECRET = "test-" + secrets.token_hex(24)
@@ -40,7 +48,8 @@ def _no_leaks(request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture) 
     tmp = tmp if isinstance(tmp, Path) else None
     # the other fixtures' teardown has run by now (this autouse fixture is set up first, so torn down last)
     records = [r for when in ("setup", "call", "teardown") for r in caplog.get_records(when)]  # type: ignore[arg-type]
-    found = scan(log_text=scanned_records(records), tmp=tmp, secret_values=secrets_of(tmp, MADE.hermes, PASSWORD),
+    files = talaria_files(tmp)
+    found = scan(log_text=scanned_records(records), files=files, secret_values=secrets_of(files, MADE.hermes, PASSWORD),
                  texts=message_texts(MADE.hermes, MADE.models))  # fmt: skip
     MADE.clear()
     assert not found, "leaked: " + "; ".join(str(leak) for leak in found)

@@ -27,7 +27,7 @@ import logging
 import re
 import secrets
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,11 +122,11 @@ def message_texts(hermes: Iterable[Any], models: Iterable[Any]) -> set[str]:
     return {line for line in lines if len(line) >= MIN_TEXT_CHARS and not _MARKER.search(line)}
 
 
-def secrets_of(tmp: Path | None, hermes: Iterable[Any], password: str) -> set[str]:
+def secrets_of(files: list[Path], hermes: Iterable[Any], password: str) -> set[str]:
     found = set(MADE.tokens) | {password}
     for fixture in hermes:
         found |= {str(b["bearer"]) for b in fixture.binds() if isinstance(b.get("bearer"), str)}
-    for config in _files(tmp, lambda p: p.name == "runner.json"):
+    for config in (p for p in files if p.name == "runner.json"):
         try:
             token = json.loads(config.read_text(encoding="utf-8")).get("token")
         except (OSError, ValueError, AttributeError, RecursionError):  # the fuzzers write any file there
@@ -137,17 +137,18 @@ def secrets_of(tmp: Path | None, hermes: Iterable[Any], password: str) -> set[st
 
 
 def scan(
-    *, log_text: str, tmp: Path | None, secret_values: set[str], texts: set[str]
+    *, log_text: str, files: list[Path], secret_values: set[str], texts: set[str]
 ) -> list[Leak]:  # fmt: skip
     leaks: list[Leak] = []
     both = [("secret", secret_values), ("message text", texts)]
     leaks += _look("captured log", log_text, both)
-    for path in _files(tmp, lambda p: p.name.endswith(LOG_SUFFIXES)):
-        leaks += _look(str(path), _read(path), both)
-    for path in _files(tmp, lambda p: p.name.startswith(RECEIPTS)):
-        leaks += _look(str(path), _read(path), [("secret", secret_values)])
-    for path in _files(tmp, lambda p: p.name == HUB_DATABASE):
-        leaks += _look(f"{path} audit_event", _audit(path), both)
+    for path in files:
+        if path.name.endswith(LOG_SUFFIXES):
+            leaks += _look(str(path), _read(path), both)
+        elif path.name.startswith(RECEIPTS):
+            leaks += _look(str(path), _read(path), [("secret", secret_values)])
+        elif path.name == HUB_DATABASE:
+            leaks += _look(f"{path} audit_event", _audit(path), both)
     return leaks
 
 
@@ -164,15 +165,15 @@ def _look(where: str, text: str, kinds: list[tuple[str, set[str]]]) -> Iterator[
                 yield Leak("secret", where, run[:6])
 
 
-def _files(tmp: Path | None, wanted: Callable[[Path], bool]) -> list[Path]:
-    """Talaria's files under ``tmp``: a real Hermes' work directory holds Hermes' own logs (its agent log quotes
-    every prompt), which are Hermes' business, not Talaria's."""
+def talaria_files(tmp: Path | None) -> list[Path]:
+    """Talaria's files under ``tmp``, walked once per test: a real Hermes' work directory holds Hermes' own logs (its
+    agent log quotes every prompt), which are Hermes' business, not Talaria's."""
     if tmp is None or not tmp.is_dir():
         return []
     hermes_dirs = [Path(h.workdir) for h in MADE.real_hermes]
     return [
         p for p in tmp.rglob("*")
-        if wanted(p) and p.is_file() and not p.is_symlink() and not any(p.is_relative_to(d) for d in hermes_dirs)
+        if p.is_file() and not p.is_symlink() and not any(p.is_relative_to(d) for d in hermes_dirs)
     ]  # fmt: skip
 
 

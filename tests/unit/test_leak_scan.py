@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.leak_scan_support import MADE, message_texts, scan, scanned_records, secrets_of
+from tests.leak_scan_support import MADE, message_texts, scan, scanned_records, secrets_of, talaria_files
 
 SECRET = "s3cret-value-for-the-scan-self-test"  # a literal: not made by token_urlsafe, so the real scan ignores it
 TEXT = "a message text that must not be logged"
@@ -24,7 +24,9 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def found(place: Path, log_text: str = "") -> list[str]:
-    return [str(leak) for leak in scan(log_text=log_text, tmp=place, secret_values={SECRET}, texts={TEXT})]
+    return [
+        str(leak) for leak in scan(log_text=log_text, files=talaria_files(place), secret_values={SECRET}, texts={TEXT})
+    ]
 
 
 def test_a_secret_or_a_text_in_a_log_record_is_found_and_shown_by_its_first_characters(place: Path) -> None:
@@ -56,7 +58,7 @@ def test_runner_json_tokens_are_looked_for_and_a_broken_runner_json_is_skipped(p
     (place / "a" / "runner.json").write_text('{"token": "tok-' + "x" * 40 + '"}')
     (place / "b").mkdir()
     (place / "b" / "runner.json").write_text("[" * 100_000)
-    assert "tok-" + "x" * 40 in secrets_of(place, [], "correct horse battery staple")
+    assert "tok-" + "x" * 40 in secrets_of(talaria_files(place), [], "correct horse battery staple")
 
 
 def test_tokens_made_in_the_test_are_recorded(place: Path) -> None:

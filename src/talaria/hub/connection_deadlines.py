@@ -8,7 +8,7 @@ headers (slowloris) or a body holds a connection, and a request handler, for as 
 been read the read deadlines end: a held runner poll or a chat event stream lasts as long as its route decides.
 
 Writing: once the answer backs up (the transport's buffer is above its high-water mark, so the route waits to write
-more), or an answer is complete with bytes still to send, the client must keep taking it: if it acknowledges nothing
+more), or an answer is complete with over 64 KiB unsent, the client must keep taking it: if it acknowledges nothing
 of it for ``hub.response_write_timeout_s``, the hub aborts the connection (nginx's ``send_timeout``). uvicorn waits
 for ever: a runner that never reads a 38 MiB poll answer, or a stalled reader of an event stream, held that memory, a
 connection and a stream slot for as long as its kernel kept the connection."""
@@ -36,6 +36,7 @@ log = structlog.get_logger("talaria.hub")
 _TCP_INFO_BYTES = 256
 _BYTES_ACKED_AT = 120
 _BYTES_ACKED_END = _BYTES_ACKED_AT + 8
+_WATCH_AFTER_BYTES = 64 * 1024  # asyncio's default high-water mark for a transport's buffer
 
 
 class Phase(enum.Enum):
@@ -84,7 +85,9 @@ class DeadlineProtocol(H11Protocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._follow()
-        if self._queued() > 0:  # under TLS a large answer may never pause the app: watch what is left to send
+        # under TLS a large answer may never pause the app: watch what is left to send, when it is more than a small
+        # answer's bytes just sent (every answer leaves some unacknowledged for a moment; no timer on the hot path)
+        if self._write_deadline is None and self._queued() > _WATCH_AFTER_BYTES:
             self._watch_writes()
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -73,8 +73,9 @@ lint: $(STAMP) ## ruff (lint + format check) and mypy --strict
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
 
-chaos-smoke: $(STAMP) ## the chaos benchmark's short run (each fault kind once; part of make test as a test)
+chaos-smoke: $(STAMP) postgres ## the chaos benchmark's short runs, SQLite then 2 PostgreSQL replicas (part of make test)
 	$(BIN)/python bench/chaos.py --smoke
+	$(BIN)/python bench/chaos.py --smoke --postgres
 
 chaos: $(STAMP) ## the chaos benchmark's default run (docs/reliability.md; --quick for a shorter one)
 	$(BIN)/python bench/chaos.py

@@ -1,10 +1,11 @@
 """Chaos benchmark (issue 17): the promises of DESIGN.md 3 under faults.
 
-A controller runs jobs, chat turns and Hermes probes (commands) through a ``talaria hub`` process on SQLite and
-three ``talaria runner`` processes, each in front of its own Hermes fixture, while it SIGKILLs and restarts the hub
-and the runners at random, and a loopback proxy between the runners and the hub injects resets, half-open
-connections, partitions and latency. Stale writes are tried on purpose: a killed runner instance's epoch on the
-machine API, and an expired lease on the Runtime API.
+A controller runs jobs, chat turns and Hermes probes (commands) through a ``talaria hub`` process on SQLite (or,
+with ``--postgres``, two hub replicas of one PostgreSQL database the run starts) and three ``talaria runner``
+processes, each in front of its own Hermes fixture, while it SIGKILLs and restarts the hub (with replicas: one of
+them, or both) and the runners at random, and a loopback proxy between the runners and the hub (with replicas, also
+their balancer) injects resets, half-open connections, partitions and latency. Stale writes are tried on purpose: a
+killed runner instance's epoch on the machine API, and an expired lease on the Runtime API.
 
 At the end it checks, from the fixtures' own request logs and the runners' command logs:
 
@@ -13,8 +14,9 @@ At the end it checks, from the fixtures' own request logs and the runners' comma
   know, or a job or turn reported done whose prompt never reached Hermes;
 - ``misreported``: a turn reported failed before submission whose prompt did reach Hermes;
 - ``stale_writes_accepted``: a stale-epoch or stale-lease write answered below 400;
-- ``audit_ok``: ``talaria audit verify`` on the data directory after the hub stops;
-- the hub's data directory and each runner's state directory (its receipts) under the sizes stated below.
+- ``audit_ok``: ``talaria audit verify`` on the data directory (or the database) after the hub stops;
+- the hub's data directory (and the PostgreSQL database) and each runner's state directory (its receipts) under the
+  sizes stated below.
 
 Progress goes to stderr; the last line of stdout is one JSON object with counts per outcome, the faults injected,
 recovery times (p50/p99, from the fault's end until every runner it touched answers a probe), peak RSS of every
@@ -23,6 +25,7 @@ process, and ``ok``. The exit status is 0 only when ``ok``.
     .venv/bin/python bench/chaos.py            # >= 1,000 jobs, 200 turns, 10,000 commands; 30 faults (~9 min here)
     .venv/bin/python bench/chaos.py --quick    # >= 250 jobs, 50 turns, 2,500 commands; 12 faults (< 10 min)
     .venv/bin/python bench/chaos.py --smoke    # make chaos-smoke: each fault kind once (~1 min)
+    .venv/bin/python bench/chaos.py --postgres # any of the above on two replicas of one PostgreSQL database
 """
 
 from __future__ import annotations
@@ -51,11 +54,13 @@ from chaos_world import World, clean_env, progress
 from talaria.testing.hermes_fixture import HermesFixture
 
 MIB = 1024 * 1024
-HUB_DATA_LIMIT = 256 * MIB
+HUB_DATA_LIMIT = 256 * MIB  # the hub's data directory, and the PostgreSQL database
 RUNNER_STATE_LIMIT = 32 * MIB
 RECOVERY_WINDOW_S = 240.0  # after the last fault: every job and turn must have ended by then
 PRE_SUBMISSION = ("runner_offline", "runner_command_not_admitted", "runner_profile_forbidden", "hermes_unavailable",
                   "gateway_rejected", "runner_busy", "runner_payload_limit", "internal_error")  # fmt: skip
+# chat.md 3.6: a turn also fails runner_command_uncertain before submission (an open, session or attachment command)
+TURN_PRE_SUBMISSION = (*PRE_SUBMISSION, "runner_command_uncertain")
 FAULT_KINDS = ("hub_kill", "runner_kill", "reset", "half_open", "partition", "latency")
 
 
@@ -98,6 +103,7 @@ class Executions:
     works: Counter[str]
     pairs: list[tuple[str, str]]
     texts: dict[str, list[str]]
+    completed: set[str]  # run and work ids of runs Hermes completed (a reply was stored in its history)
 
     @classmethod
     def of(cls, fixtures: list[HermesFixture]) -> Executions:
@@ -105,6 +111,7 @@ class Executions:
         works: Counter[str] = Counter()
         pairs: list[tuple[str, str]] = []
         texts: dict[str, list[str]] = {}
+        completed: set[str] = set()
         for fixture in fixtures:
             for turn in fixture.turns():
                 found = RUN_MARKER.match(turn.text.rstrip().rsplit("\n", 1)[-1])
@@ -115,7 +122,9 @@ class Executions:
                 pairs.append((found[1], found[2]))
                 for key in found.groups():
                     texts.setdefault(key, []).append(f"{turn.status} {turn.text[:80]!r}")
-        return cls(runs, works, pairs, texts)
+                if turn.status == "complete":
+                    completed.update(found.groups())
+        return cls(runs, works, pairs, texts, completed)
 
 
 class Run:
@@ -241,6 +250,7 @@ class Run:
 def judge(run: Run, fixtures: list[HermesFixture]) -> dict[str, Any]:
     record, load = run.record, run.load
     duplicates, losses, misreported = 0, list(record.accepted_missing), 0
+    reply_in_hermes = Counter[str]()  # reported uncertain, yet Hermes completed the run (its reply was there)
     examples: list[str] = []
     ran = Executions.of(fixtures)
     job_states: Counter[str] = Counter()
@@ -262,6 +272,8 @@ def judge(run: Run, fixtures: list[HermesFixture]) -> dict[str, Any]:
             losses.append(f"job {job_id} SUCCEEDED without its prompt reaching Hermes")
         elif job["state"] == "FAILED" and reason in PRE_SUBMISSION and seen > 0:
             misreported += 1
+        if reason == "runner_command_uncertain" and job_id in ran.completed:
+            reply_in_hermes["jobs"] += 1
     turn_states: Counter[str] = Counter()
     for marker, (conversation, turn_id) in record.turns.items():
         read = call(load.alice, "GET", f"/api/conversations/{conversation}/turns/{turn_id}")
@@ -279,8 +291,10 @@ def judge(run: Run, fixtures: list[HermesFixture]) -> dict[str, Any]:
             losses.append(f"turn {turn_id} still {turn['state']}")
         elif turn["state"] == "completed" and seen == 0:
             losses.append(f"turn {turn_id} completed without its prompt reaching Hermes")
-        elif turn["state"] == "failed" and code in PRE_SUBMISSION and seen > 0:
+        elif turn["state"] == "failed" and code in TURN_PRE_SUBMISSION and seen > 0:
             misreported += 1
+        if turn["state"] == "uncertain" and turn_id in ran.completed:
+            reply_in_hermes["turns"] += 1
     # a run Hermes started for no job or turn the load made: a second object made by a replayed request
     known_turns = {turn_id for _, turn_id in record.turns.values()}
     known_jobs = set(record.jobs.values())
@@ -297,6 +311,7 @@ def judge(run: Run, fixtures: list[HermesFixture]) -> dict[str, Any]:
         "jobs": dict(job_states), "turns": dict(turn_states), "commands": {"executed": len(started),
         "target": run.size.commands, "probes": dict(record.probes)}, "duplicates": duplicates,
         "silent_losses": len(losses), "misreported": misreported, "losses": losses[:10],
+        "uncertain_with_reply_in_hermes": {"jobs": reply_in_hermes["jobs"], "turns": reply_in_hermes["turns"]},
         "duplicate_examples": examples[:10],
     }  # fmt: skip
 
@@ -308,12 +323,17 @@ def main() -> int:
     which.add_argument("--smoke", action="store_true", help="the CI run: each fault kind once (under 3 minutes)")
     parser.add_argument("--seed", type=int, default=17, help="seed of the fault schedule (default 17)")
     parser.add_argument("--runners", type=int, default=3)
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="two hub replicas of one PostgreSQL database (started by the run) instead of SQLite",
+    )
     parser.add_argument("--keep", metavar="DIR", type=Path, help="copy the logs and data directories here at the end")
     args = parser.parse_args()
     size = SIZES["smoke" if args.smoke else "quick" if args.quick else "default"]
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="talaria-chaos-") as tmp:
-        world = World(Path(tmp), args.runners)
+        world = World(Path(tmp), args.runners, postgres=args.postgres)
         try:
             world.open()
             run = Run(world, size, args.seed, args.smoke)
@@ -321,10 +341,10 @@ def main() -> int:
             fixtures = [r.hermes for r in world.runners if r.hermes is not None]
             verdict = judge(run, fixtures)
             run.load.close()
-            world.hub.stop()
+            world.stop_hubs()
             verify = subprocess.run(
                 [sys.executable, "-m", "talaria", "audit", "verify", "--data-dir", str(world.hub.data)],
-                capture_output=True, text=True, env=clean_env(), timeout=300, check=False,
+                capture_output=True, text=True, env=clean_env(**world.env), timeout=300, check=False,
             )  # fmt: skip
             progress(f"audit verify: {verify.stdout.strip() or verify.stderr.strip()}")
             sizes = world.sizes()
@@ -335,26 +355,30 @@ def main() -> int:
                 progress(f"kept the run's files in {args.keep}")
     record = run.record
     over = [name for name, value in sizes.items()
-            if value > (HUB_DATA_LIMIT if name == "hub_data" else RUNNER_STATE_LIMIT)]  # fmt: skip
+            if value > (RUNNER_STATE_LIMIT if name.endswith("_state") else HUB_DATA_LIMIT)]  # fmt: skip
     recovery = {kind: {"p50": round(percentile(v, 50), 2), "p99": round(percentile(v, 99), 2), "n": len(v)}
                 for kind, v in sorted(record.recovery_s.items())}  # fmt: skip
-    processes = [world.hub, *world.runners]
+    processes = [*world.hubs, *world.runners]
     rss = {m.name: round(m.peak_kib / 1024, 1) for m in processes}
     rss["controller_and_fixtures"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-    summary = verdict | {
-        "faults": dict(record.faults) | {f"proxy_{k}": v for k, v in world.proxy.counts.items()},
-        "recovery_s": recovery,
-        "stale_writes_attempted": dict(record.stale_attempts),
-        "stale_writes_accepted": len(record.stale_accepted),
-        "stale_answers": dict(record.stale_answers),
-        "audit_ok": verify.returncode == 0,
-        "sizes_mib": {name: round(value / MIB, 2) for name, value in sizes.items()},
-        "sizes_over_limit": over,
-        "peak_rss_mib": rss,
-        "restarts": {m.name: m.starts - 1 for m in processes},
-        "errors": record.errors[:10],
-        "seconds": round(time.monotonic() - began, 1),
-    }
+    summary = (
+        {"backend": "postgresql" if args.postgres else "sqlite"}
+        | verdict
+        | {
+            "faults": dict(record.faults) | {f"proxy_{k}": v for k, v in world.proxy.counts.items()},
+            "recovery_s": recovery,
+            "stale_writes_attempted": dict(record.stale_attempts),
+            "stale_writes_accepted": len(record.stale_accepted),
+            "stale_answers": dict(record.stale_answers),
+            "audit_ok": verify.returncode == 0,
+            "sizes_mib": {name: round(value / MIB, 2) for name, value in sizes.items()},
+            "sizes_over_limit": over,
+            "peak_rss_mib": rss,
+            "restarts": {m.name: m.starts - 1 for m in processes},
+            "errors": record.errors[:10],
+            "seconds": round(time.monotonic() - began, 1),
+        }
+    )
     summary["ok"] = (
         summary["duplicates"] == 0 and summary["silent_losses"] == 0 and summary["misreported"] == 0
         and summary["stale_writes_accepted"] == 0 and summary["audit_ok"] and not over and not record.errors

@@ -233,7 +233,7 @@ class Load:
             ("result", {"id": str(uuid.uuid4()), "result": {"status": 200, "headers": {}, "body": ""}}),
             ("admit", {"id": str(uuid.uuid4())}),
         ]
-        with httpx.Client(base_url=self.world.hub.url, timeout=30) as machine:  # a runner sends no Origin
+        with httpx.Client(base_url=self.world.api_url, timeout=30) as machine:  # a runner sends no Origin
             for op, body in writes:
                 try:
                     answer = call(machine, "POST", f"{base}/{op}", json=body, headers=headers)
@@ -304,7 +304,7 @@ class Load:
                 self.record.errors.append(f"{what}: refused with {answer.status_code} {code}, not a stale 409")
 
     def runtime_client(self) -> RuntimeClient:
-        return RuntimeClient(self.world.hub.url, PROXY_SECRET, principal="chaos-worker", roles="runtime")
+        return RuntimeClient(self.world.api_url, PROXY_SECRET, principal="chaos-worker", roles="runtime")
 
     # --- faults -----------------------------------------------------------------------------------------------
 
@@ -325,10 +325,17 @@ class Load:
         return self.inject(kind, table[kind])
 
     def _kill_hub(self) -> None:
-        self.world.hub.kill()
+        """SIGKILL the hub; with replicas, one of them or (one time in three) both at once."""
+        hubs = self.world.hubs
+        victims = hubs if len(hubs) == 1 or self.rng.random() < 1 / 3 else [self.rng.choice(hubs)]
+        if len(hubs) > 1:
+            progress(f"killing {' and '.join(hub.name for hub in victims)}")
+        for hub in victims:
+            hub.kill()
         time.sleep(self.rng.uniform(0, 2))
         healed = time.monotonic()
-        self.world.hub.start()
+        for hub in victims:
+            hub.start()
         self._recovered("hub_kill", healed, self.world.runners)
 
     def _kill_runner(self) -> None:

@@ -1,6 +1,8 @@
-"""The processes of ``bench/chaos.py``: a ``talaria hub`` process on SQLite (killed with SIGKILL and started again on
-the same port and data directory), ``talaria runner`` processes (the same), a Hermes fixture per runner in this
-process (whose request logs are the evidence of what ran), and the fault proxy between the runners and the hub.
+"""The processes of ``bench/chaos.py``: a ``talaria hub`` process on SQLite, or two replicas of one PostgreSQL
+database (``--postgres``; scale.md), each killed with SIGKILL and started again on the same port and data directory;
+``talaria runner`` processes (the same); a Hermes fixture per runner in this process (whose request logs are the
+evidence of what ran); and the fault proxy between the runners and the hub. With replicas, the fault proxy is also
+the runners' balancer, and the users reach the replicas through a second balancer that injects nothing.
 
 Every process's standard error is appended to a log file in the work directory, across restarts; peak RSS
 (``VmHWM``) is sampled while a process lives and read once more before it is stopped or killed.
@@ -27,6 +29,7 @@ import httpx
 
 from talaria.testing.fault_proxy import FaultProxy
 from talaria.testing.hermes_fixture import HermesFixture
+from talaria.testing.postgres_server import PostgresServer
 
 PASSWORD = secrets.token_urlsafe(18)
 PROXY_SECRET = secrets.token_urlsafe(40)
@@ -69,10 +72,10 @@ def peak_rss_kib(pid: int) -> int:
     return 0
 
 
-def talaria(*args: str, cwd: Path, stdin: str = "") -> str:
+def talaria(*args: str, cwd: Path, env: dict[str, str], stdin: str = "") -> str:
     done = subprocess.run(
         [sys.executable, "-m", "talaria", *args], input=stdin, capture_output=True, text=True, cwd=cwd,
-        env=clean_env(), timeout=120, check=False,
+        env=clean_env(**env), timeout=120, check=False,
     )  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"talaria {args[0]} {args[1]} failed: {done.stderr.strip()[-400:]}")
@@ -158,6 +161,7 @@ class Runner(Managed):
 class Hub(Managed):
     data: Path = Path()
     port: int = 0
+    env: dict[str, str] = field(default_factory=dict)  # the database and the public URL, when on PostgreSQL
 
     @property
     def url(self) -> str:
@@ -166,7 +170,7 @@ class Hub(Managed):
     def start(self) -> float:
         """Start on the same port and data directory; returns the seconds until its ready line."""
         started = time.monotonic()
-        env = clean_env(TALARIA_RUNTIME_API_PROXY_SECRET=PROXY_SECRET, **HUB_SETTINGS)
+        env = clean_env(TALARIA_RUNTIME_API_PROXY_SECRET=PROXY_SECRET, **HUB_SETTINGS, **self.env)
         with self.log.open("a") as err:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "talaria", "hub", "--data-dir", str(self.data), "--port", str(self.port)],
@@ -198,26 +202,51 @@ def _read_lines(stream: Any, lines: queue.Queue[str]) -> None:
 class World:
     """Everything the run starts, in ``work``; ``close`` stops what still runs."""
 
-    def __init__(self, work: Path, runners: int) -> None:
+    def __init__(self, work: Path, runners: int, *, postgres: bool = False) -> None:
         self.work = work
-        self.hub = Hub(name="hub", log=work / "hub.log", data=work / "data", port=free_port())
-        self.proxy = FaultProxy(("127.0.0.1", self.hub.port))
+        self.postgres: PostgresServer | None = None
+        self.env: dict[str, str] = {}  # for every talaria process: the database, when on PostgreSQL
+        names = ["hub_a", "hub_b"] if postgres else ["hub"]
+        self.hubs = [Hub(name=name, log=work / f"{name}.log", data=work / name / "data", port=free_port())
+                     for name in names]  # fmt: skip
+        backends = [("127.0.0.1", hub.port) for hub in self.hubs]
+        self.proxy = FaultProxy(*backends)
+        self.front = FaultProxy(*backends) if postgres else None  # the users' balancer: no faults
         self.runners: list[Runner] = []
         self.count = runners
         self._sampling = threading.Event()
         self._sampler = threading.Thread(target=self._sample, name="rss-sampler", daemon=True)
 
+    @property
+    def hub(self) -> Hub:
+        """The hub whose data directory the administration commands use (the first replica's on PostgreSQL)."""
+        return self.hubs[0]
+
+    @property
+    def api_url(self) -> str:
+        """Where users reach the hub: the hub itself, or the users' balancer in front of the replicas."""
+        return self.front.url if self.front is not None else self.hub.url
+
     def open(self) -> World:
+        self.proxy.start()
+        if self.front is not None:
+            self.front.start()
+            self.postgres = PostgresServer.create(durable=True)
+            self.env = {"TALARIA_DATABASE_URL": self.postgres.url()}
+            for hub in self.hubs:
+                hub.env = self.env | {"TALARIA_HUB_PUBLIC_URL": self.front.url}
+            talaria("db", "upgrade", "--data-dir", str(self.hub.data), cwd=self.work, env=self.env)
+            progress(f"PostgreSQL in {self.postgres.root}; users reach the replicas through {self.front.url}")
         data = str(self.hub.data)
         talaria("admin", "create-user", "--data-dir", data, "--username", "root", "--role", "admin", cwd=self.work,
-                stdin=PASSWORD + "\n")  # fmt: skip
+                env=self.env, stdin=PASSWORD + "\n")  # fmt: skip
         allows = [arg for k in range(self.count) for arg in ("--allow", f"n{k + 1}:default")]
         talaria("admin", "create-user", "--data-dir", data, "--username", "alice", "--role", "user", "--allow",
-                "rt:default", *allows, cwd=self.work, stdin=PASSWORD + "\n")  # fmt: skip
-        self.proxy.start()
+                "rt:default", *allows, cwd=self.work, env=self.env, stdin=PASSWORD + "\n")  # fmt: skip
         for k in range(self.count):
             self.runners.append(self._register(k + 1))
-        progress(f"hub {self.hub.url} ({self.hub.start():.1f} s to start); runners reach it through {self.proxy.url}")
+        for hub in self.hubs:
+            progress(f"{hub.name} {hub.url} ({hub.start():.1f} s to start); runners reach it through {self.proxy.url}")
         for runner in self.runners:
             runner.start()
         deadline = time.monotonic() + START_S
@@ -235,7 +264,7 @@ class World:
         config = node / "runner.json"
         talaria("admin", "runners", "register", "--data-dir", str(self.hub.data), "--name", f"node {k}", "--source",
                 f"n{k}", "--profile", "default", "--server-url", self.proxy.url, "--hermes-url", hermes.url,
-                "--out", str(config), cwd=self.work)  # fmt: skip
+                "--out", str(config), cwd=self.work, env=self.env)  # fmt: skip
         token_file = node / "hermes-token"
         token_file.write_text(hermes.session_token)
         token_file.chmod(0o600)
@@ -247,32 +276,47 @@ class World:
 
     def _sample(self) -> None:
         while not self._sampling.wait(0.5):
-            for managed in [self.hub, *self.runners]:
+            for managed in [*self.hubs, *self.runners]:
                 managed.sample()
 
     def client(self, username: str) -> httpx.Client:
         """A signed-in JSON API client (Origin and CSRF token set); the session outlives hub restarts."""
-        client = httpx.Client(base_url=self.hub.url, headers={"Origin": self.hub.url}, timeout=30)
+        client = httpx.Client(base_url=self.api_url, headers={"Origin": self.api_url}, timeout=30)
         answer = client.post("/api/auth/login", json={"username": username, "password": PASSWORD})
         answer.raise_for_status()
         client.headers["X-CSRF-Token"] = answer.json()["csrfToken"]
         return client
 
     def sizes(self) -> dict[str, int]:
-        """Bytes on disk: the hub's data directory and each runner's state directory (its receipts)."""
+        """Bytes on disk: the hubs' data directories, each runner's state directory (its receipts), and on
+        PostgreSQL the database (``pg_database_size``: its tables and indexes, not the server's write-ahead log)."""
 
         def size(root: Path) -> int:
             return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
 
-        return {"hub_data": size(self.hub.data)} | {f"{r.name}_state": size(r.config.parent / "state")
-                                                       for r in self.runners}  # fmt: skip
+        sizes = {"hub_data": sum(size(hub.data) for hub in self.hubs)}
+        if self.postgres is not None:
+            import psycopg  # the PostgreSQL extra: only a run on PostgreSQL needs it
+
+            with psycopg.connect(self.postgres.url()) as db:
+                row = db.execute("SELECT pg_database_size(current_database())").fetchone()
+            sizes["postgres_database"] = int(row[0]) if row else 0
+        return sizes | {f"{r.name}_state": size(r.config.parent / "state") for r in self.runners}
+
+    def stop_hubs(self) -> None:
+        for hub in self.hubs:
+            hub.stop()
 
     def close(self) -> None:
         self._sampling.set()
         for runner in self.runners:
             runner.stop()
-        self.hub.stop()
+        self.stop_hubs()
         self.proxy.stop()
+        if self.front is not None:
+            self.front.stop()
         for runner in self.runners:
             if runner.hermes is not None:
                 runner.hermes.stop()
+        if self.postgres is not None:
+            self.postgres.stop()

@@ -1,7 +1,8 @@
 """``make chaos-smoke`` inside ``make test`` (issue 17): ``bench/chaos.py --smoke`` over real processes — a hub on
 SQLite, three runners, their Hermes fixtures and the fault proxy — with each fault kind injected once and stale
-writes tried on purpose. Its JSON verdict must show no duplicate, no silent loss, no accepted stale write and a
-verifying audit chain."""
+writes tried on purpose; and the same with two hub replicas of one PostgreSQL database (``--postgres``), the fault
+proxy balancing the runners between them. Its JSON verdict must show no duplicate, no silent loss, no accepted stale
+write and a verifying audit chain."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from talaria.testing import postgres_server
 from tests.integration.cli_support import clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,11 +23,23 @@ RUN_LIMIT_S = 480  # under pytest's 600 s per test; the run takes about a minute
 FAULTS = ("hub_kill", "runner_kill", "reset", "half_open", "partition", "latency")
 
 
-def test_the_chaos_smoke_run_keeps_every_promise() -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_the_chaos_smoke_run_keeps_every_promise(backend: str) -> None:
+    argv = [sys.executable, str(ROOT / "bench" / "chaos.py"), "--smoke"]
+    if backend == "postgresql":
+        try:
+            postgres_server.find_binaries()
+        except postgres_server.PostgresMissing as missing:
+            if postgres_server.required():
+                raise
+            pytest.skip(str(missing))
+        argv.append("--postgres")
+    # the run starts its own PostgreSQL: it finds the binaries as the check above did
+    bindir = {k: v for k, v in os.environ.items() if k == postgres_server.ENV_BINDIR}
     # its own process group: a run cut short takes its hub and runners with it
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "chaos.py"), "--smoke"], stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, cwd=ROOT, env=clean_env(), start_new_session=True,
+        argv, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=ROOT, env=clean_env(**bindir), start_new_session=True,
     )  # fmt: skip
     try:
         out, err = proc.communicate(timeout=RUN_LIMIT_S)
@@ -48,5 +64,9 @@ def test_the_chaos_smoke_run_keeps_every_promise() -> None:
     assert all(verdict["faults"].get(kind, 0) >= 1 for kind in FAULTS), shown
     assert sum(verdict["jobs"].values()) >= 24, shown
     assert sum(verdict["turns"].values()) >= 9, shown
+    assert verdict["backend"] == backend, shown
+    if backend == "postgresql":  # both replicas served and were sampled
+        assert set(verdict["peak_rss_mib"]) >= {"hub_a", "hub_b"}, shown
+        assert verdict["sizes_mib"]["postgres_database"] > 0, shown
     assert verdict["ok"] is True, shown
     assert proc.returncode == 0, shown

@@ -104,3 +104,48 @@ def test_latency_delays_each_forwarded_chunk(proxy: FaultProxy) -> None:
         proxy.set_latency(0)
         assert _echo(sock, b"fast") == b"fast"
     assert proxy.counts["latency"] == 1
+
+
+class _Named(socketserver.BaseRequestHandler):
+    """Says its server's name once, then echoes."""
+
+    def handle(self) -> None:
+        self.request.sendall(self.server.name)  # type: ignore[attr-defined]
+        while data := self.request.recv(65536):
+            self.request.sendall(data)
+
+
+def _named_server(name: bytes) -> socketserver.ThreadingTCPServer:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Named)
+    server.daemon_threads = True
+    server.name = name  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _greeting(proxy: FaultProxy) -> bytes:
+    with _connect(proxy) as sock:
+        return sock.recv(1)
+
+
+def test_with_several_backends_it_balances_and_skips_one_that_refuses() -> None:
+    a, b = _named_server(b"a"), _named_server(b"b")
+    proxy = FaultProxy(("127.0.0.1", a.server_address[1]), ("127.0.0.1", b.server_address[1])).start()
+    try:
+        assert [_greeting(proxy) for _ in range(4)] == [b"a", b"b", b"a", b"b"]
+        b.shutdown()
+        b.server_close()  # b now refuses connections, as a killed replica's port does
+        assert [_greeting(proxy) for _ in range(3)] == [b"a", b"a", b"a"]
+        a.shutdown()
+        a.server_close()
+        with _connect(proxy) as sock, pytest.raises(ConnectionResetError):  # none accepts: reset, not held
+            sock.recv(1)
+    finally:
+        proxy.stop()
+        for server in (a, b):
+            server.server_close()
+
+
+def test_a_proxy_needs_a_backend() -> None:
+    with pytest.raises(ValueError, match="at least one backend"):
+        FaultProxy()

@@ -1,11 +1,16 @@
 """A loopback TCP proxy that injects network faults between runners and a hub (issue 17, ``bench/chaos.py``).
 
     proxy = FaultProxy(("127.0.0.1", hub_port)).start()   # runners use proxy.url as their serverURL
+    proxy = FaultProxy(replica_a, replica_b).start()      # a balancer: new connections go to each in turn
     proxy.set_latency(0.05)      # every forwarded chunk waits 50 ms, both ways
     proxy.reset_all()            # every open connection is reset (RST), as a crashed host's kernel answers
     proxy.half_open()            # every open connection goes silent both ways and stays open: neither end is told
     proxy.partition(True)        # like half_open, and new connections are accepted but never forwarded
     proxy.partition(False)       # healed: new connections forward again (silenced ones stay silent)
+
+With several backends it balances as a load balancer in front of hub replicas does (scale.md 4): each new
+connection goes to the next backend in turn, and to the one after when that one refuses the connection (a replica
+that is down), so a client is refused only when every backend is.
 
 It runs its own event loop on a thread, so callers on any thread drive it with plain calls. A silenced connection
 is reset after ``silent_limit_s`` (an end that never gives up would otherwise hold it for ever); ``counts`` says how
@@ -35,8 +40,11 @@ class _Link:
 
 
 class FaultProxy:
-    def __init__(self, backend: tuple[str, int], *, silent_limit_s: float = SILENT_LIMIT_S) -> None:
-        self.backend = backend
+    def __init__(self, *backends: tuple[str, int], silent_limit_s: float = SILENT_LIMIT_S) -> None:
+        if not backends:
+            raise ValueError("a fault proxy needs at least one backend")
+        self.backends = backends
+        self._next = 0
         self.silent_limit_s = silent_limit_s
         self.latency_s = 0.0
         self.partitioned = False
@@ -154,12 +162,12 @@ class FaultProxy:
             self._silence(link)
             await _swallow(reader)
             return
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self.backend)
-        except OSError:
+        upstream = await self._connect()
+        if upstream is None:
             self._links.discard(link)
             _close(link, reset=True)
             return
+        up_reader, up_writer = upstream
         link.ends.append(up_writer)
         try:
             await asyncio.gather(self._pipe(link, reader, up_writer), self._pipe(link, up_reader, writer))
@@ -167,6 +175,17 @@ class FaultProxy:
             if not link.silent:
                 self._links.discard(link)
                 _close(link, reset=False)
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """A connection to the next backend in turn that accepts one; None when none does."""
+        first = self._next
+        self._next = (first + 1) % len(self.backends)
+        for k in range(len(self.backends)):
+            try:
+                return await asyncio.open_connection(*self.backends[(first + k) % len(self.backends)])
+            except OSError:
+                continue
+        return None
 
     async def _pipe(self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -39,7 +39,12 @@ MAX_PAGES = 20  # runner-protocol.md 13
 
 
 class Unrecoverable(Exception):
-    """The turn's outcome cannot be known: ``runner_command_uncertain``."""
+    """The turn's outcome cannot be known: ``runner_command_uncertain``. ``case`` names which (fixed words, for
+    logs); the message may quote Hermes."""
+
+    def __init__(self, message: str, *, case: str) -> None:
+        super().__init__(message)
+        self.case = case
 
 
 def _text(content: Any) -> str:
@@ -72,18 +77,19 @@ async def history(channels: Channels, runner_id: str, account: AccountRef, store
             runner_id, account, f"/api/sessions/{stored_id}/messages", search=search, profile=profile
         )
         if reply.get("status") != 200:
-            raise Unrecoverable(f"Hermes has no transcript for the session (HTTP {reply.get('status')})")
+            status = reply.get("status")
+            raise Unrecoverable(f"Hermes has no transcript for the session (HTTP {status})", case="no_transcript")
         try:
             body = json.loads(base64.b64decode(reply.get("body", "")))
         except ValueError as exc:
-            raise Unrecoverable("Hermes' transcript is not JSON") from exc
+            raise Unrecoverable("Hermes' transcript is not JSON", case="transcript_not_json") from exc
         messages = body.get("messages") if isinstance(body, dict) else None
         if not isinstance(messages, list):
-            raise Unrecoverable("Hermes' transcript is malformed")
+            raise Unrecoverable("Hermes' transcript is malformed", case="transcript_malformed")
         rows.extend(messages)
         if len(messages) < PAGE:
             return rows
-    raise Unrecoverable("the transcript is too long to read")
+    raise Unrecoverable("the transcript is too long to read", case="transcript_too_long")
 
 
 def holds_marker(resumed: dict[str, Any], marker: str) -> bool:
@@ -105,7 +111,7 @@ async def _reattach(channels: Channels, gateway: Gateway, runtime_id: str, clock
                 await channels.rpc(gateway, "session.interrupt", {"session_id": runtime_id})
             raise
         if frame is None:
-            raise Unrecoverable("the channel closed while the re-attached turn ran")
+            raise Unrecoverable("the channel closed while the re-attached turn ran", case="channel_closed")
         if frame.get("session_id") == runtime_id and frame.get("type") == "message.complete":
             return
 
@@ -140,7 +146,7 @@ async def from_history(channels: Channels, account: AccountRef, turn: JobTurn, s
         rows = await history(channels, turn.runner_id, account, turn.stored_session_id, turn.profile)
         reply = reply_after_marker(rows, turn.marker)
     if reply is None:
-        raise Unrecoverable("the turn left no reply (interrupted, or lost in a Hermes restart)")
+        raise Unrecoverable("the turn left no reply (interrupted, or lost in a Hermes restart)", case="no_reply")
     return reply
 
 
@@ -152,7 +158,7 @@ async def recover(
     reaches ``deadline_ms``); never submits anything. Given the job's ``lease``, the turn's channel is adopted
     when it is still open (module docstring)."""
     if not turn.stored_session_id:
-        raise Unrecoverable("no stored session was recorded for the turn")
+        raise Unrecoverable("no stored session was recorded for the turn", case="no_stored_session")
     adopted = await adopt(channels, account, turn, JobHeld(turn.job_id, lease) if lease is not None else None)
     if adopted is not None:
         log.info("dispatcher_channel_adopted", job_id=turn.job_id, connection=adopted.id)
@@ -174,7 +180,8 @@ async def recover(
             resumed = await channels.rpc(gateway, "session.resume", params)
         except TalariaError as exc:
             if exc.code == "gateway_rejected":  # 4007: never persisted
-                raise Unrecoverable(f"Hermes does not know the stored session ({exc.message})") from exc
+                message = f"Hermes does not know the stored session ({exc.message})"
+                raise Unrecoverable(message, case="session_unknown") from exc
             raise
         runtime_id = str(resumed.get("session_id", ""))
         if resumed.get("running") and holds_marker(resumed, turn.marker):

@@ -2,8 +2,8 @@
 live Hermes session, stays open for ``chat.channel_idle_s`` so that the next turn skips ``gateway.open`` and
 ``session.resume``. A kept channel is closed at once on archive, on an access change, on a node switch, when the
 next turn cannot use it (another account version, the channel closed by the runner or Hermes, another stored
-session), when its runner has ``KEPT_PER_RUNNER`` others idle, when its runner starts to drain, and when the hub
-stops. It lives on the hub's loop;
+session; on PostgreSQL replicas also the session owned by another channel now, ADR 0067), when its runner has
+``KEPT_PER_RUNNER`` others idle, when its runner starts to drain, and when the hub stops. It lives on the hub's loop;
 the ``close_*`` entries may be called from any thread."""
 
 from __future__ import annotations
@@ -96,6 +96,10 @@ class KeptChannels:
             self._drop(kept)
             return None
         return kept
+
+    def discard(self, kept: Kept) -> None:
+        """Close a channel ``take`` gave out that the turn will not use after all. On the loop."""
+        self._drop(kept)
 
     def close_conversation(self, conversation_id: str) -> None:
         self._close_where(lambda kept: kept.conversation_id == conversation_id)

@@ -42,6 +42,14 @@ log = structlog.get_logger("talaria.chat")
 END_FRAMES_WAIT_S = 5.0
 
 
+def _reason(exc: Exception) -> str:
+    """Why a recovery gave up, for the log: a refusal's code or ``Unrecoverable``'s case (never its message, which
+    may quote Hermes)."""
+    if isinstance(exc, TalariaError):
+        return exc.code
+    return exc.case if isinstance(exc, turn_recovery.Unrecoverable) else type(exc).__name__
+
+
 class RecoveryEntries(ChatContext):
     def stop_recovering(self, turn: ChatTurn) -> None:
         """The stop route's check for a ``recovering`` turn (chat.md 5.6): if another runner serves its source now,
@@ -133,7 +141,7 @@ class RecoveryEntries(ChatContext):
         try:
             result = recovering.result()
         except (turn_recovery.Unrecoverable, TalariaError) as exc:
-            log.info("chat_turn_unrecoverable", turn=turn_id, reason=type(exc).__name__)
+            log.info("chat_turn_unrecoverable", turn=turn_id, reason=_reason(exc))
             await self._end_uncertain(turn_id, UNCERTAIN, "the turn may have run; its reply could not be found")
             return
         reply = NewMessage(role="assistant", author=place.conversation["bot_id"], content=result.text,
@@ -180,7 +188,7 @@ class RecoveryEntries(ChatContext):
             await self._finish(turn.id, stream, result, stop.is_set(), recovered=recovered)  # before the close
             return True
         except turn_recovery.Unrecoverable as exc:
-            log.info("chat_turn_unrecoverable", turn=turn.id, reason=type(exc).__name__)
+            log.info("chat_turn_unrecoverable", turn=turn.id, reason=_reason(exc))
             stream.close()
             await self._end_uncertain(turn.id, UNCERTAIN, "the turn may have run; its reply could not be found")
             return True

@@ -101,6 +101,9 @@ class RunEntries(RecoveryEntries):
         # the previous turn's end is stored before its channel is kept or closed (chat.md 5.3 step 10): wait for that
         await self.kept.settled(conversation["id"])
         kept = self.kept.take(conversation["id"], runner.id, account, resume_id) if resume_id is not None else None
+        if kept is not None and self.leases.shared and not await self._still_owned(kept, conversation["bot_profile"]):
+            self.kept.discard(kept)
+            kept = None
         if resume_id is None:
             self.kept.close_conversation(conversation["id"])
         channel = LiveChannel(kept.gateway, kept.runtime_id, kept.stored_id) if kept is not None else None
@@ -297,6 +300,19 @@ class RunEntries(RecoveryEntries):
             return can_manage
         return team_round.entitled(self.store, turn, can_manage, conversation["bot_id"])
 
+    async def _still_owned(self, kept: Kept, profile: str) -> bool:
+        """Whether the kept channel still owns its session in the runner (ADR 0067): on PostgreSQL replicas another
+        replica may have resumed the session in a channel of its own since (a turn of the conversation it ran, or an
+        attempt of this one before it died), and the runner then refuses this channel's calls. One
+        ``session.active_list``, before the submit record, so that a refusal costs a new channel and nothing else."""
+        params = {"profile": profile, "current_session_id": kept.runtime_id}
+        try:
+            await self.driver.channels.rpc(kept.gateway, "session.active_list", params)
+        except TalariaError as exc:
+            log.info("chat_kept_channel_stale", conversation=kept.conversation_id, code=exc.code)
+            return False
+        return True
+
     async def _team_tools_ready(self, runner_id: str, account: AccountRef, profile: str) -> bool:
         """Whether the runner offers ``team-tools-v1`` and its plugin probe (runner-protocol.md 12.1) is ready."""
         state = self.runners.state_of(runner_id)
@@ -363,5 +379,6 @@ class RunEntries(RecoveryEntries):
         elif exc.code == "turn_finished":
             stream.close()
         else:  # submitted, or maybe: never submit again; only the history can tell
+            log.info("chat_turn_lost", turn=turn_id, code=exc.code, submit_state=turn.submit_state)
             stream.close()
             await self._recover(turn_id)  # which makes it recovering first

@@ -42,6 +42,7 @@ class LeaseLost(Exception):
 
 class TurnLeases(Protocol):
     renew_s: float
+    shared: bool  # replicas: another hub may drive a turn of the same conversation
 
     def take(self, turn_id: str, *, unstarted: bool, first_scan: bool) -> int | None:
         """The lease's token if this replica now drives the turn, else None. ``unstarted``: the turn is pending."""
@@ -78,6 +79,7 @@ class LocalTurnLeases:
     """One hub per SQLite directory: every turn is this hub's."""
 
     renew_s = RENEW_S
+    shared = False
 
     def take(self, turn_id: str, *, unstarted: bool, first_scan: bool) -> int | None:
         return 0 if unstarted or first_scan else None
@@ -103,6 +105,8 @@ class LocalTurnLeases:
 
 class SharedTurnLeases:
     """Turn leases of PostgreSQL replicas in the ``turn_lease`` table."""
+
+    shared = True
 
     def __init__(self, store: Store, holder: str, *, clock: Clock | None = None, renew_s: float = RENEW_S) -> None:
         self.store = store

@@ -73,9 +73,10 @@ lint: $(STAMP) ## ruff (lint + format check) and mypy --strict
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
 
-chaos-smoke: $(STAMP) postgres ## the chaos benchmark's short runs, SQLite then 2 PostgreSQL replicas (part of make test)
+chaos-smoke: $(STAMP) $(HERMES_STAMP) postgres ## the chaos benchmark's short runs: SQLite, 2 PostgreSQL replicas, real Hermes (part of make test)
 	$(BIN)/python bench/chaos.py --smoke
 	$(BIN)/python bench/chaos.py --smoke --postgres
+	$(BIN)/python bench/chaos.py --smoke --real-hermes
 
 chaos: $(STAMP) ## the chaos benchmark's default run (docs/reliability.md; --quick for a shorter one)
 	$(BIN)/python bench/chaos.py

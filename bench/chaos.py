@@ -26,6 +26,12 @@ process, and ``ok``. The exit status is 0 only when ``ok``.
     .venv/bin/python bench/chaos.py --quick    # >= 250 jobs, 50 turns, 2,500 commands; 12 faults (< 10 min)
     .venv/bin/python bench/chaos.py --smoke    # make chaos-smoke: each fault kind once (~1 min)
     .venv/bin/python bench/chaos.py --postgres # any of the above on two replicas of one PostgreSQL database
+    .venv/bin/python bench/chaos.py --real-hermes  # any of the above with runner n1 in front of a real hermes serve
+
+With ``--real-hermes`` a third of the jobs and turns (those of source ``n1``) run in real Hermes 0.19.0 against the
+scripted model server; a run is then counted from the model server's log: each model request offering tools whose
+last user message ends with the run marker is one run started (Hermes' own side requests, a session title, offer
+none), and a request answered in full is one Hermes completed.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ import httpx
 from chaos_load import TERMINAL_JOB, TERMINAL_TURN, Ambiguous, Load, Record, call
 from chaos_world import World, clean_env, progress
 from talaria.testing.hermes_fixture import HermesFixture
+from talaria.testing.model_server import ModelServer
 
 MIB = 1024 * 1024
 HUB_DATA_LIMIT = 256 * MIB  # the hub's data directory, and the PostgreSQL database
@@ -104,27 +111,29 @@ class Executions:
     pairs: list[tuple[str, str]]
     texts: dict[str, list[str]]
     completed: set[str]  # run and work ids of runs Hermes completed (a reply was stored in its history)
+    in_real_hermes: int  # of the runs, those started in real Hermes (counted from the model server's log)
 
     @classmethod
-    def of(cls, fixtures: list[HermesFixture]) -> Executions:
-        runs: Counter[str] = Counter()
-        works: Counter[str] = Counter()
-        pairs: list[tuple[str, str]] = []
-        texts: dict[str, list[str]] = {}
-        completed: set[str] = set()
-        for fixture in fixtures:
-            for turn in fixture.turns():
-                found = RUN_MARKER.match(turn.text.rstrip().rsplit("\n", 1)[-1])
-                if found is None:
-                    continue
-                runs[found[1]] += 1
-                works[found[2]] += 1
-                pairs.append((found[1], found[2]))
-                for key in found.groups():
-                    texts.setdefault(key, []).append(f"{turn.status} {turn.text[:80]!r}")
-                if turn.status == "complete":
-                    completed.update(found.groups())
-        return cls(runs, works, pairs, texts, completed)
+    def of(cls, fixtures: list[HermesFixture], model: ModelServer | None = None) -> Executions:
+        """From the fixtures' turn logs and, with real Hermes, the model server's: its requests that offer tools
+        (the agent's own; a title request offers none) and end with a user message (a run's first request)."""
+        started = [(turn.text, turn.status == "complete") for fixture in fixtures for turn in fixture.turns()]
+        real = [(r.last_user, r.ended_at is not None) for r in (model.chat_requests() if model else [])
+                if r.tools and r.last_user is not None]  # fmt: skip
+        in_real = sum(1 for text, _ in real if RUN_MARKER.match(text.rstrip().rsplit("\n", 1)[-1]))
+        made = cls(Counter(), Counter(), [], {}, set(), in_real)
+        for text, complete in started + real:
+            found = RUN_MARKER.match(text.rstrip().rsplit("\n", 1)[-1])
+            if found is None:
+                continue
+            made.runs[found[1]] += 1
+            made.works[found[2]] += 1
+            made.pairs.append((found[1], found[2]))
+            for key in found.groups():
+                made.texts.setdefault(key, []).append(f"{'complete' if complete else 'open'} {text[:80]!r}")
+            if complete:
+                made.completed.update(found.groups())
+        return made
 
 
 class Run:
@@ -247,12 +256,12 @@ class Run:
         return sum(1 for r in self.world.runners for line in r.lines() if line.get("event") == "command_started")
 
 
-def judge(run: Run, fixtures: list[HermesFixture]) -> dict[str, Any]:
+def judge(run: Run, fixtures: list[HermesFixture], model: ModelServer | None) -> dict[str, Any]:
     record, load = run.record, run.load
     duplicates, losses, misreported = 0, list(record.accepted_missing), 0
     reply_in_hermes = Counter[str]()  # reported uncertain, yet Hermes completed the run (its reply was there)
     examples: list[str] = []
-    ran = Executions.of(fixtures)
+    ran = Executions.of(fixtures, model)
     job_states: Counter[str] = Counter()
     for marker, job_id in record.jobs.items():
         read = call(load.root, "GET", f"/api/jobs/{job_id}")
@@ -309,7 +318,8 @@ def judge(run: Run, fixtures: list[HermesFixture]) -> dict[str, Any]:
     examples += [f"a Hermes run for nothing the load made: {stray}" for stray in strays[:5]]
     return {
         "jobs": dict(job_states), "turns": dict(turn_states), "commands": {"executed": len(started),
-        "target": run.size.commands, "probes": dict(record.probes)}, "duplicates": duplicates,
+        "target": run.size.commands, "probes": dict(record.probes)}, "runs_in_real_hermes": ran.in_real_hermes,
+        "duplicates": duplicates,
         "silent_losses": len(losses), "misreported": misreported, "losses": losses[:10],
         "uncertain_with_reply_in_hermes": {"jobs": reply_in_hermes["jobs"], "turns": reply_in_hermes["turns"]},
         "duplicate_examples": examples[:10],
@@ -328,18 +338,23 @@ def main() -> int:
         action="store_true",
         help="two hub replicas of one PostgreSQL database (started by the run) instead of SQLite",
     )
+    parser.add_argument(
+        "--real-hermes",
+        action="store_true",
+        help="runner n1 in front of a real hermes serve (hermes-agent 0.19.0, make hermes) with the scripted model",
+    )
     parser.add_argument("--keep", metavar="DIR", type=Path, help="copy the logs and data directories here at the end")
     args = parser.parse_args()
     size = SIZES["smoke" if args.smoke else "quick" if args.quick else "default"]
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="talaria-chaos-") as tmp:
-        world = World(Path(tmp), args.runners, postgres=args.postgres)
+        world = World(Path(tmp), args.runners, postgres=args.postgres, real_hermes=args.real_hermes)
         try:
             world.open()
             run = Run(world, size, args.seed, args.smoke)
             run.go()
             fixtures = [r.hermes for r in world.runners if r.hermes is not None]
-            verdict = judge(run, fixtures)
+            verdict = judge(run, fixtures, world.model)
             run.load.close()
             world.stop_hubs()
             verify = subprocess.run(
@@ -358,11 +373,11 @@ def main() -> int:
             if value > (RUNNER_STATE_LIMIT if name.endswith("_state") else HUB_DATA_LIMIT)]  # fmt: skip
     recovery = {kind: {"p50": round(percentile(v, 50), 2), "p99": round(percentile(v, 99), 2), "n": len(v)}
                 for kind, v in sorted(record.recovery_s.items())}  # fmt: skip
-    processes = [*world.hubs, *world.runners]
+    processes = [*world.hubs, *world.runners, *world.others]
     rss = {m.name: round(m.peak_kib / 1024, 1) for m in processes}
     rss["controller_and_fixtures"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     summary = (
-        {"backend": "postgresql" if args.postgres else "sqlite"}
+        {"backend": "postgresql" if args.postgres else "sqlite", "hermes": "real n1" if args.real_hermes else "fixture"}
         | verdict
         | {
             "faults": dict(record.faults) | {f"proxy_{k}": v for k, v in world.proxy.counts.items()},

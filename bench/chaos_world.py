@@ -1,7 +1,9 @@
 """The processes of ``bench/chaos.py``: a ``talaria hub`` process on SQLite, or two replicas of one PostgreSQL
 database (``--postgres``; scale.md), each killed with SIGKILL and started again on the same port and data directory;
 ``talaria runner`` processes (the same); a Hermes fixture per runner in this process (whose request logs are the
-evidence of what ran); and the fault proxy between the runners and the hub. With replicas, the fault proxy is also
+evidence of what ran), or, with ``--real-hermes``, the first runner in front of a real ``hermes serve`` (hermes-agent
+0.19.0) whose model is the scripted model server in this process (its request log is then the evidence); and the
+fault proxy between the runners and the hub. With replicas, the fault proxy is also
 the runners' balancer, and the users reach the replicas through a second balancer that injects nothing.
 
 Every process's standard error is appended to a log file in the work directory, across restarts; peak RSS
@@ -29,7 +31,9 @@ import httpx
 
 from talaria.testing.fault_proxy import FaultProxy
 from talaria.testing.hermes_fixture import HermesFixture
+from talaria.testing.model_server import ModelServer
 from talaria.testing.postgres_server import PostgresServer
+from talaria.testing.real_hermes import RealHermes
 
 PASSWORD = secrets.token_urlsafe(18)
 PROXY_SECRET = secrets.token_urlsafe(40)
@@ -125,6 +129,7 @@ class Runner(Managed):
     token: str = field(default="", repr=False)
     source: str = ""
     hermes: HermesFixture | None = None
+    real: RealHermes | None = None  # instead of the fixture: a real hermes serve
 
     def start(self) -> None:
         with self.log.open("a") as err:
@@ -202,8 +207,11 @@ def _read_lines(stream: Any, lines: queue.Queue[str]) -> None:
 class World:
     """Everything the run starts, in ``work``; ``close`` stops what still runs."""
 
-    def __init__(self, work: Path, runners: int, *, postgres: bool = False) -> None:
+    def __init__(self, work: Path, runners: int, *, postgres: bool = False, real_hermes: bool = False) -> None:
         self.work = work
+        # With real Hermes: the scripted model it calls, and the hermes serve process watched for its peak RSS.
+        self.model = ModelServer() if real_hermes else None
+        self.others: list[Managed] = []
         self.postgres: PostgresServer | None = None
         self.env: dict[str, str] = {}  # for every talaria process: the database, when on PostgreSQL
         names = ["hub_a", "hub_b"] if postgres else ["hub"]
@@ -243,6 +251,8 @@ class World:
         allows = [arg for k in range(self.count) for arg in ("--allow", f"n{k + 1}:default")]
         talaria("admin", "create-user", "--data-dir", data, "--username", "alice", "--role", "user", "--allow",
                 "rt:default", *allows, cwd=self.work, env=self.env, stdin=PASSWORD + "\n")  # fmt: skip
+        if self.model is not None:
+            self.model.start()
         for k in range(self.count):
             self.runners.append(self._register(k + 1))
         for hub in self.hubs:
@@ -257,26 +267,36 @@ class World:
         return self
 
     def _register(self, k: int) -> Runner:
-        hermes = HermesFixture().start()
-        hermes.knobs.delta_delay = 0.005
         node = self.work / f"n{k}"
         node.mkdir()
+        hermes, real = None, None
+        if k == 1 and self.model is not None:
+            started = time.monotonic()
+            real = RealHermes(node / "hermes", self.model.base_url).start()
+            assert real.process is not None
+            self.others.append(Managed(name=f"n{k}_hermes", log=node / "hermes.log", proc=real.process, starts=1))
+            progress(f"n{k} is in front of a real hermes serve ({time.monotonic() - started:.1f} s to start)")
+            url, session_token = real.url, real.session_token
+        else:
+            hermes = HermesFixture().start()
+            hermes.knobs.delta_delay = 0.005
+            url, session_token = hermes.url, hermes.session_token
         config = node / "runner.json"
         talaria("admin", "runners", "register", "--data-dir", str(self.hub.data), "--name", f"node {k}", "--source",
-                f"n{k}", "--profile", "default", "--server-url", self.proxy.url, "--hermes-url", hermes.url,
+                f"n{k}", "--profile", "default", "--server-url", self.proxy.url, "--hermes-url", url,
                 "--out", str(config), cwd=self.work, env=self.env)  # fmt: skip
         token_file = node / "hermes-token"
-        token_file.write_text(hermes.session_token)
+        token_file.write_text(session_token)
         token_file.chmod(0o600)
         body = json.loads(config.read_text()) | {"hermesTokenFile": str(token_file)}
         config.write_text(json.dumps(body))
         config.chmod(0o600)
         return Runner(name=f"n{k}", log=node / "runner.log", config=config, runner_id=body["runnerId"],
-                      token=body["token"], source=f"n{k}", hermes=hermes)  # fmt: skip
+                      token=body["token"], source=f"n{k}", hermes=hermes, real=real)  # fmt: skip
 
     def _sample(self) -> None:
         while not self._sampling.wait(0.5):
-            for managed in [*self.hubs, *self.runners]:
+            for managed in [*self.hubs, *self.runners, *self.others]:
                 managed.sample()
 
     def client(self, username: str) -> httpx.Client:
@@ -315,8 +335,15 @@ class World:
         self.proxy.stop()
         if self.front is not None:
             self.front.stop()
+        for other in self.others:
+            other.sample()
         for runner in self.runners:
             if runner.hermes is not None:
                 runner.hermes.stop()
+            if runner.real is not None:
+                runner.real.stop()
+                (runner.config.parent / "hermes.log").write_text("\n".join(runner.real.output) + "\n")
+        if self.model is not None:
+            self.model.stop()
         if self.postgres is not None:
             self.postgres.stop()

@@ -151,3 +151,10 @@ def snapshot(data_dir: Path) -> dict[str, list[tuple[Any, ...]]]:
         return {t: conn.execute(f'SELECT * FROM "{t}" ORDER BY rowid').fetchall() for t in tables if t not in MOVING}
     finally:
         conn.close()
+
+
+def changes(data_dir: Path, before: dict[str, list[tuple[Any, ...]]]) -> dict[str, list[tuple[Any, ...]]]:
+    """The rows that differ from ``before`` (a :func:`snapshot`), by table (empty when nothing changed)."""
+    after = snapshot(data_dir)
+    return {table: sorted(set(after.get(table, [])) ^ set(before.get(table, [])), key=repr)
+            for table in before.keys() | after.keys() if after.get(table) != before.get(table)}  # fmt: skip

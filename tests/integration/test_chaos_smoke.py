@@ -1,8 +1,9 @@
 """``make chaos-smoke`` inside ``make test`` (issue 17): ``bench/chaos.py --smoke`` over real processes — a hub on
 SQLite, three runners, their Hermes fixtures and the fault proxy — with each fault kind injected once and stale
 writes tried on purpose; and the same with two hub replicas of one PostgreSQL database (``--postgres``), the fault
-proxy balancing the runners between them. Its JSON verdict must show no duplicate, no silent loss, no accepted stale
-write and a verifying audit chain."""
+proxy balancing the runners between them; and on SQLite with runner ``n1`` in front of a real ``hermes serve`` and the
+scripted model (``--real-hermes``). Its JSON verdict must show no duplicate, no silent loss, no accepted stale write
+and a verifying audit chain."""
 
 from __future__ import annotations
 
@@ -23,9 +24,15 @@ RUN_LIMIT_S = 480  # under pytest's 600 s per test; the run takes about a minute
 FAULTS = ("hub_kill", "runner_kill", "reset", "half_open", "partition", "latency")
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_the_chaos_smoke_run_keeps_every_promise(backend: str) -> None:
+@pytest.mark.parametrize(("backend", "real_hermes"), [("sqlite", False), ("postgresql", False), ("sqlite", True)],
+                         ids=["sqlite", "postgresql", "sqlite-real-hermes"])  # fmt: skip
+def test_the_chaos_smoke_run_keeps_every_promise(
+    backend: str, real_hermes: bool, request: pytest.FixtureRequest
+) -> None:  # fmt: skip
     argv = [sys.executable, str(ROOT / "bench" / "chaos.py"), "--smoke"]
+    if real_hermes:
+        request.getfixturevalue("hermes_executable")  # fails saying how to install Hermes when it is missing
+        argv.append("--real-hermes")
     if backend == "postgresql":
         try:
             postgres_server.find_binaries()
@@ -35,7 +42,8 @@ def test_the_chaos_smoke_run_keeps_every_promise(backend: str) -> None:
             pytest.skip(str(missing))
         argv.append("--postgres")
     # the run starts its own PostgreSQL: it finds the binaries as the check above did
-    bindir = {k: v for k, v in os.environ.items() if k == postgres_server.ENV_BINDIR}
+    # (and Hermes as the tests find it)
+    bindir = {k: v for k, v in os.environ.items() if k in (postgres_server.ENV_BINDIR, "TALARIA_HERMES_BIN")}
     # its own process group: a run cut short takes its hub and runners with it
     proc = subprocess.Popen(
         argv, stdout=subprocess.PIPE,
@@ -65,6 +73,9 @@ def test_the_chaos_smoke_run_keeps_every_promise(backend: str) -> None:
     assert sum(verdict["jobs"].values()) >= 24, shown
     assert sum(verdict["turns"].values()) >= 9, shown
     assert verdict["backend"] == backend, shown
+    if real_hermes:  # a share of the work really ran in Hermes, counted from the model server's log
+        assert verdict["hermes"] == "real n1" and verdict["runs_in_real_hermes"] >= 10, shown
+        assert verdict["peak_rss_mib"]["n1_hermes"] > 0, shown
     if backend == "postgresql":  # both replicas served and were sampled
         assert set(verdict["peak_rss_mib"]) >= {"hub_a", "hub_b"}, shown
         assert verdict["sizes_mib"]["postgres_database"] > 0, shown

@@ -25,7 +25,7 @@ from talaria.hub.runtime.routes import router as runtime_router
 from talaria.testing.hub_server import HubServer
 from tests.conftest import PROXY_SECRET
 from tests.integration.chat_web_support import chat
-from tests.integration.route_matrix_support import snapshot
+from tests.integration.route_matrix_support import changes, snapshot
 from tests.integration.runner_support import wait_until
 from tests.integration.runtime_support import RESULT, Worker, close_clients, dispatched_job
 from tests.integration.web_support import Web, assert_error, open_web
@@ -127,13 +127,6 @@ def test_every_route_that_honours_the_key_is_in_the_column(web: Web) -> None:
     assert posts == set(RUNTIME_REPLAYS)
 
 
-def _changes(web: Web, before: dict[str, list[tuple[Any, ...]]]) -> dict[str, list[tuple[Any, ...]]]:
-    """The rows that differ from ``before``, by table (empty when nothing changed)."""
-    after = snapshot(web.server.settings.data_dir)
-    return {table: sorted(set(after.get(table, [])) ^ set(before.get(table, [])), key=repr)
-            for table in before.keys() | after.keys() if after.get(table) != before.get(table)}  # fmt: skip
-
-
 def _replayed(web: Web, replay: Replay) -> None:
     send, settled = replay.prepare(web)
     first = send(replay.first)
@@ -141,11 +134,11 @@ def _replayed(web: Web, replay: Replay) -> None:
     wait_until(lambda: settled(first), what="the accepted request's work to settle")
     before = snapshot(web.server.settings.data_dir)
     assert_error(send(replay.other), 422, "idempotency_key_reused")
-    assert not (changed := _changes(web, before)), repr(changed)
+    assert not (changed := changes(web.server.settings.data_dir, before)), repr(changed)
     again = send(replay.first)
     assert (again.status_code, again.content) == (first.status_code, first.content)
     assert again.headers.get("Idempotent-Replayed") == "true" and "Idempotent-Replayed" not in first.headers
-    assert not (changed := _changes(web, before)), repr(changed)
+    assert not (changed := changes(web.server.settings.data_dir, before)), repr(changed)
 
 
 @pytest.mark.parametrize("route", sorted(WEB_REPLAYS), ids=" ".join)

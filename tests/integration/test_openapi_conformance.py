@@ -1,7 +1,8 @@
 """The hub answers what ``/openapi.json`` says (issue 12 item 10, ADR 0029): schemathesis generates requests from the
 document and sends them to a live hub on 127.0.0.1 as three callers (anonymous, a signed-in user, an admin); every
 answer's status must be documented for its operation, its media type and body must match, no answer may be a 500,
-and every error's ``code`` must be one the operation lists for that status (``x-codes``).
+every error's ``code`` must be one the operation lists for that status (``x-codes``), and a refused request (any 4xx)
+must change no table (issue 17 part 2; the tables a refusal records itself in, ``MOVING``, aside).
 
 Bounded and deterministic: a fixed number of examples per operation (``EXAMPLES``, valid and invalid ones),
 derandomized, no example database, no shrinking (a failure is reported with the request that caused it).
@@ -10,6 +11,7 @@ Sign-out runs last, so the caller's session lives through the other operations.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +28,7 @@ from schemathesis.specs.openapi.checks import (
 
 from talaria.hub.openapi import RELAYED_NOTE
 from talaria.hub.runners.registry import REGISTRATION_BODY
+from tests.integration.route_matrix_support import changes, snapshot
 from tests.integration.web_support import Web
 
 EXAMPLES = 12
@@ -71,7 +74,7 @@ def _documented_code(case: schemathesis.Case, response: schemathesis.Response) -
     return f"{case.method} {case.path}: {response.status_code} {code!r} is not listed in {documented.get('x-codes')}"
 
 
-def _exercise(schema: Any, label: str, cookies: dict[str, str], headers: dict[str, str]) -> list[str]:
+def _exercise(schema: Any, label: str, cookies: dict[str, str], headers: dict[str, str], data_dir: Path) -> list[str]:
     """Run EXAMPLES generated requests of one operation; the failures, at most one per kind."""
     operation = schema[label.split(" ", 1)[1]][label.split(" ", 1)[0]]
     failures: dict[str, str] = {}
@@ -82,7 +85,11 @@ def _exercise(schema: Any, label: str, cookies: dict[str, str], headers: dict[st
     def run(data: st.DataObject) -> None:
         mode = data.draw(st.sampled_from(MODES))
         case = data.draw(operation.as_strategy(mode, cookies=cookies or None, headers=headers or None))
+        before = snapshot(data_dir)
         response = case.call(session=session, timeout=30)
+        if 400 <= response.status_code < 500 and (changed := changes(data_dir, before)):
+            failures.setdefault("refusal changed state", f"{label} ({mode.value}): {response.status_code} "
+                                f"{response.text[:200]} changed {sorted(changed)}")  # fmt: skip
         try:
             case.validate_response(response, checks=CHECKS)
         except (AssertionError, BaseExceptionGroup) as exc:  # reported, not shrunk
@@ -106,7 +113,8 @@ def test_the_hub_answers_what_its_openapi_document_says(web: Web, caller: str) -
     schema = schemathesis.openapi.from_url(f"{web.server.url}/openapi.json", config=CONFIG)
     labels = sorted((op.ok().label for op in schema.get_all_operations()), key=lambda label: label == LAST)
     assert len(labels) >= 29 and labels[-1] == LAST
-    failures = [failure for label in labels for failure in _exercise(schema, label, cookies, headers)]
+    data_dir = web.server.settings.data_dir
+    failures = [failure for label in labels for failure in _exercise(schema, label, cookies, headers, data_dir)]
     assert failures == [], "\n\n".join(failures)
 
 

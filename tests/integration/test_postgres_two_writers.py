@@ -134,6 +134,8 @@ def test_messages_stored_concurrently_in_one_conversation_take_the_next_ordinals
         (("cnv_01A", "cnv_01A"), {}, "turn_in_progress"),
         (("cnv_01A", "cnv_01B"), {"chat_per_account": 1}, "chat_turn_limit"),
         (("cnv_01A", "cnv_01B"), {"chat_per_hub": 1}, "chat_busy"),
+        # two accounts: no account row lock orders them, only the cluster-wide count's own lock
+        (("cnv_01A", "cnv_01U"), {"chat_per_hub": 1}, "chat_busy"),
     ],
 )
 def test_concurrent_acceptances_keep_one_live_turn_per_conversation_and_the_chat_limits(

@@ -15,7 +15,12 @@ matrix (test_chat_route_matrix.py).
 
 The runner machine API's ops are read from its own table (``machine_api.OPS``) the same way, and each is sent with no
 token, a wrong one, an Origin header, a disabled runner's token (403 ``runner_unauthorized``), and, by a connected
-runner, every op but the poll (which starts a new state) with another epoch (409 ``runner_epoch_changed``)."""
+runner, every op but the poll (which starts a new state) with the epoch it had before its latest poll state (409
+``runner_epoch_changed``).
+
+Both run on one SQLite hub and on two PostgreSQL replicas of one database: there the world (sessions, the disabled
+account, the password change, the removed runner, the newer epoch) is made on replica A and every refused request
+goes to replica B, which knows it from the database alone."""
 
 from __future__ import annotations
 
@@ -26,12 +31,12 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from talaria.clock import SystemClock
 from talaria.hub.api.websession import STATE_CHANGING
 from talaria.hub.runners import machine_api
-from talaria.testing.hub_server import HubServer
+from tests.backends import BACKENDS
 from tests.conftest import PASSWORD, add_account, login
-from tests.integration.route_matrix_support import MATRIX, dummy, route_table, snapshot
+from tests.integration.front_back_support import FrontBack, front_and_back
+from tests.integration.route_matrix_support import MATRIX, dummy, route_table
 
 FOREIGN_ORIGIN = "http://evil.example"
 
@@ -52,8 +57,9 @@ class Runner:
 
 @dataclass
 class World:
-    server: HubServer
-    clients: dict[str, httpx.Client]
+    hubs: FrontBack
+    clients: dict[str, httpx.Client]  # on the back hub
+    setup: httpx.Client  # anonymous, on the front hub
     node: Runner
     gone: Runner
 
@@ -70,30 +76,33 @@ class World:
         return response
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    server = HubServer(tmp_path_factory.mktemp("matrix") / "data", SystemClock()).start()
-    clients: dict[str, httpx.Client] = {}
-    try:
-        for name, role in (("root", "admin"), ("alice", "user"), ("dora", "user"), ("vic", "user")):
-            add_account(server, name, role, allowed_profiles={"local": ["default"]})
-        clients.update({name: login(server, name) for name in ("root", "alice", "dora", "vic")})
-        clients["anonymous"] = server.client(headers={"Origin": server.url})
-        assert clients["root"].patch("/api/admin/accounts/dora", json={"enabled": False}).status_code == 200
-        other = login(server, "vic")  # vic's password changed in another session: the first one ends
+@pytest.fixture(scope="module", params=BACKENDS)
+def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    made: list[httpx.Client] = []
+    with front_and_back(request, tmp_path_factory.mktemp("matrix")) as hubs:
         try:
-            changed = other.post("/api/auth/password", json={"currentPassword": PASSWORD,
-                                                             "newPassword": PASSWORD + " two"})  # fmt: skip
+            server = hubs.front
+            for name, role in (("root", "admin"), ("alice", "user"), ("dora", "user"), ("vic", "user")):
+                add_account(server, name, role, allowed_profiles={"local": ["default"]})
+            made += [login(server, name) for name in ("root", "alice", "dora", "vic")]
+            root = made[0]
+            assert root.patch("/api/admin/accounts/dora", json={"enabled": False}).status_code == 200
+            other = login(server, "vic")  # vic's password changed in another session: the first one ends
+            try:
+                changed = other.post("/api/auth/password", json={"currentPassword": PASSWORD,
+                                                                 "newPassword": PASSWORD + " two"})  # fmt: skip
+            finally:
+                other.close()
+            assert changed.status_code == 200, changed.text
+            node, gone = (register(root, name, source) for name, source in (("node", "local"), ("gone", "old")))
+            assert root.delete(f"/api/admin/runners/{gone.id}").status_code == 200
+            clients = {name: hubs.moved(client) for name, client in zip(("root", "alice", "dora", "vic"), made)}
+            clients["anonymous"] = hubs.back.client(headers={"Origin": hubs.back.url})
+            made += [*clients.values(), setup := server.client()]
+            yield World(hubs, clients, setup, node, gone)
         finally:
-            other.close()
-        assert changed.status_code == 200, changed.text
-        node, gone = (register(clients["root"], name, source) for name, source in (("node", "local"), ("gone", "old")))
-        assert clients["root"].delete(f"/api/admin/runners/{gone.id}").status_code == 200
-        yield World(server, clients, node, gone)
-    finally:
-        for client in clients.values():
-            client.close()
-        server.stop()
+            for client in made:
+                client.close()
 
 
 def register(root: httpx.Client, name: str, source: str) -> Runner:
@@ -118,7 +127,7 @@ def test_a_guarded_route_refuses_whoever_must_be_refused_and_changes_nothing(
 ) -> None:  # fmt: skip
     kind = MATRIX[(method, path)]
     url = dummy(path)
-    before = snapshot(world.server.data_dir)
+    before = world.hubs.state()
     for who in REFUSED_CALLERS:  # no session, a disabled account's, one from before a password change
         answer = world.send(who, method, url)
         if kind in ("page", "admin_page"):
@@ -138,7 +147,7 @@ def test_a_guarded_route_refuses_whoever_must_be_refused_and_changes_nothing(
         for headers in ({"X-CSRF-Token": ""}, {"Origin": FOREIGN_ORIGIN}, {"X-CSRF-Token": token[::-1]}):
             answer = world.send(caller, method, url, **headers)
             assert (answer.status_code, answer.json()["code"]) == (403, "csrf_failed"), headers
-    assert snapshot(world.server.data_dir) == before
+    assert world.hubs.state() == before
 
 
 MACHINE_OPS = {"poll": "GET", "admit": "POST", "result": "POST", "event": "POST", "tool": "POST", "goodbye": "POST",
@@ -153,7 +162,10 @@ def test_the_matrix_names_every_machine_api_op() -> None:
 def test_a_machine_api_op_refuses_a_wrong_caller_and_changes_nothing(world: World, op: str) -> None:
     method = MACHINE_OPS[op]
     anonymous = world.clients["anonymous"]
-    before = snapshot(world.server.data_dir)
+    # An epoch the node really had: its state on the back hub, then a new state on the front one (another replica).
+    stale = reset_poll(world, anonymous)
+    assert reset_poll(world, world.setup) != stale
+    before = world.hubs.state()
 
     def send(runner: Runner, headers: dict[str, str], *, origin: bool = False) -> httpx.Response:
         url = f"{machine_api.PREFIX}{runner.id}/{op}"
@@ -173,19 +185,18 @@ def test_a_machine_api_op_refuses_a_wrong_caller_and_changes_nothing(world: Worl
     ):  # fmt: skip
         answer = send(runner, headers, origin=origin)
         assert (answer.status_code, answer.json()["code"]) == (403, "runner_unauthorized"), (runner.id, origin)
-    if op != "poll":  # a connected runner's request with another epoch (a poll would start a new state instead)
-        answer = send(node, node.headers(epoch=reset_poll(world) + "-stale"))
+    if op != "poll":  # a connected runner's request with its previous epoch (a poll would start a new state instead)
+        answer = send(node, node.headers(epoch=stale))
         assert (answer.status_code, answer.json()["code"]) == (409, "runner_epoch_changed")
-    assert snapshot(world.server.data_dir) == before
+    assert world.hubs.state() == before
 
 
-def reset_poll(world: World) -> str:
-    """The node's epoch after a reset poll (a new state, answered at once)."""
+def reset_poll(world: World, via: httpx.Client) -> str:
+    """The node's epoch after a reset poll sent through ``via`` (a new state, answered at once)."""
     headers = world.node.headers(**{"X-Runner-Reset": "1"})
-    request = world.clients["anonymous"].build_request("GET", f"{machine_api.PREFIX}{world.node.id}/poll",
-                                                       headers=headers)  # fmt: skip
-    del request.headers["Origin"]
-    answer = world.clients["anonymous"].send(request)
+    request = via.build_request("GET", f"{machine_api.PREFIX}{world.node.id}/poll", headers=headers)
+    request.headers.pop("Origin", None)
+    answer = via.send(request)
     assert answer.status_code == 200, answer.text
     epoch: str = answer.json()["epoch"]
     return epoch

@@ -1,7 +1,8 @@
 """The security matrix's "another tenant" column (issue 17, part 3), generated from the same route table as
 ``test_route_matrix.py``: every guarded route with a path parameter, called by tenant ``default``'s user and admin
 with the ids of tenant ``acme``'s objects (a dispatched task and its job, an account, a runner, a source), answers as
-an unknown id does, 404 (the 404 page for a page), never 403, and changes nothing.
+an unknown id does, 404 (the 404 page for a page), never 403, and changes nothing: on one SQLite hub, and on two
+PostgreSQL replicas (the objects made on one, asked for on the other).
 
 A path parameter the matrix cannot fill with another tenant's object fails, unless it is named in ``ELSEWHERE`` with
 the test that covers it, so a route added later joins the matrix or says where it is covered."""
@@ -15,12 +16,12 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from talaria.clock import SystemClock
 from talaria.hub.api.websession import STATE_CHANGING
 from talaria.hub.runners.registry import parse_registration
-from talaria.testing.hub_server import HubServer
+from tests.backends import BACKENDS
 from tests.conftest import add_account, login
-from tests.integration.route_matrix_support import MATRIX, snapshot
+from tests.integration.front_back_support import FrontBack, front_and_back
+from tests.integration.route_matrix_support import MATRIX
 
 ACME = "acme"
 # Parameters whose other-tenant (and other-account) case another matrix covers with real objects.
@@ -48,9 +49,9 @@ HERE = [key for key in WITH_PARAMETERS if set(re.findall(r"{(\w+)}", key[1])) <=
 
 @dataclass
 class World:
-    server: HubServer
-    alice: httpx.Client  # a user of tenant default
-    root: httpx.Client  # tenant default's admin
+    hubs: FrontBack
+    alice: httpx.Client  # a user of tenant default (on the back hub)
+    root: httpx.Client  # tenant default's admin (on the back hub)
     ids: dict[str, str]  # path parameter -> an acme object's id
 
     def send(self, client: httpx.Client, method: str, path: str, route: str) -> httpx.Response:
@@ -59,39 +60,45 @@ class World:
         return client.request(method, path, json=BODIES.get((method, route), {}))
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    server = HubServer(tmp_path_factory.mktemp("tenants") / "data", SystemClock()).start()
+@pytest.fixture(scope="module", params=BACKENDS)
+def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     clients: list[httpx.Client] = []
-    try:
-        profiles = {"local": ["default"], "acme-src": ["default"]}
-        for name, role, tenant in (("alice", "user", "default"), ("root", "admin", "default"),
-                                   ("carol", "user", ACME), ("oscar", "admin", ACME)):  # fmt: skip
-            add_account(server, name, role, tenant=tenant, allowed_profiles=profiles)
-        alice, root, carol, oscar = (login(server, n) for n in ("alice", "root", "carol", "oscar"))
-        clients += [alice, root, carol, oscar]
-        fields = parse_registration({"name": "acme node", "source": "acme-src", "allowedProfiles": ["default"]},
-                                    default_server_url=server.url)  # fmt: skip
-        runner = server.hub.registry.register(ACME, fields).runner
-        task = carol.post("/api/tasks", json={"title": "acme's", "prompt": "acme's work", "cell": "acme-src",
-                                              "profile": "default"})  # fmt: skip
-        assert task.status_code == 201, task.text
-        task_id = task.json()["task"]["id"]
-        assert carol.post(f"/api/tasks/{task_id}/submit").status_code == 200
-        approved = oscar.post(f"/api/tasks/{task_id}/approve")
-        assert approved.status_code == 200, approved.text
-        # the ids are real: acme's own admin reaches them
-        job_id = approved.json()["job"]["id"]
-        assert oscar.get(f"/api/jobs/{job_id}").status_code == 200
-        assert oscar.get("/settings/accounts/carol").status_code == 200
-        assert any(r["id"] == runner.id for r in oscar.get("/api/admin/runners").json()["runners"])
-        ids = {"task_id": task_id, "job_id": approved.json()["job"]["id"], "username": "carol",
-               "runner_id": runner.id, "source": "acme-src"}  # fmt: skip
-        yield World(server, alice, root, ids)
-    finally:
-        for client in clients:
-            client.close()
-        server.stop()
+    with front_and_back(request, tmp_path_factory.mktemp("tenants")) as hubs:
+        try:
+            yield made(hubs, clients)
+        finally:
+            for client in clients:
+                client.close()
+
+
+def made(hubs: FrontBack, clients: list[httpx.Client]) -> World:
+    """Acme's objects, made on the front hub; default's user and admin signed in there and sent to the back one."""
+    server = hubs.front
+    profiles = {"local": ["default"], "acme-src": ["default"]}
+    for name, role, tenant in (("alice", "user", "default"), ("root", "admin", "default"),
+                               ("carol", "user", ACME), ("oscar", "admin", ACME)):  # fmt: skip
+        add_account(server, name, role, tenant=tenant, allowed_profiles=profiles)
+    alice, root, carol, oscar = (login(server, n) for n in ("alice", "root", "carol", "oscar"))
+    clients += [alice, root, carol, oscar]
+    fields = parse_registration({"name": "acme node", "source": "acme-src", "allowedProfiles": ["default"]},
+                                default_server_url=server.url)  # fmt: skip
+    runner = server.hub.registry.register(ACME, fields).runner
+    task = carol.post("/api/tasks", json={"title": "acme's", "prompt": "acme's work", "cell": "acme-src",
+                                          "profile": "default"})  # fmt: skip
+    assert task.status_code == 201, task.text
+    task_id = task.json()["task"]["id"]
+    assert carol.post(f"/api/tasks/{task_id}/submit").status_code == 200
+    approved = oscar.post(f"/api/tasks/{task_id}/approve")
+    assert approved.status_code == 200, approved.text
+    # the ids are real: acme's own admin reaches them
+    job_id = approved.json()["job"]["id"]
+    assert oscar.get(f"/api/jobs/{job_id}").status_code == 200
+    assert oscar.get("/settings/accounts/carol").status_code == 200
+    assert any(r["id"] == runner.id for r in oscar.get("/api/admin/runners").json()["runners"])
+    ids = {"task_id": task_id, "job_id": approved.json()["job"]["id"], "username": "carol",
+           "runner_id": runner.id, "source": "acme-src"}  # fmt: skip
+    clients += [back_alice := hubs.moved(alice), back_root := hubs.moved(root)]
+    return World(hubs, back_alice, back_root, ids)
 
 
 def test_every_path_parameter_is_filled_here_or_covered_elsewhere() -> None:
@@ -107,7 +114,7 @@ def test_another_tenant_s_object_is_not_found_for_this_tenant_s_user_and_admin(
     url = re.sub(r"{(\w+)}", lambda m: world.ids[m.group(1)], path)
     kind = MATRIX[(method, path)]
     callers = [world.root] if kind in ("api_admin", "admin_page", "admin_part") else [world.alice, world.root]
-    before = snapshot(world.server.data_dir)
+    before = world.hubs.state()
     for client in callers:
         answer = world.send(client, method, url, path)
         assert answer.status_code == 404, (client is world.root, answer.status_code, answer.text[:200])
@@ -115,4 +122,4 @@ def test_another_tenant_s_object_is_not_found_for_this_tenant_s_user_and_admin(
             assert "text/html" in answer.headers["content-type"]
         else:
             assert answer.json()["code"] in ("not_found", "job_not_found"), answer.text
-    assert snapshot(world.server.data_dir) == before
+    assert world.hubs.state() == before

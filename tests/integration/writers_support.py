@@ -31,17 +31,27 @@ class Writers:
         return iter((self.a, self.b))
 
 
+OWNERS = {"uma": "bot_01TEST", "ulf": "bot_01TESTU"}  # account -> its bot
+
+
 def seed_conversations(store: PostgresStore, *ids: str) -> None:
-    """Account ``uma``, her bot, and conversations ``ids``."""
+    """Accounts ``uma`` and ``ulf``, a bot of each, and conversations ``ids`` (``ulf``'s when the id ends in ``U``,
+    else ``uma``'s)."""
     with store.write() as tx:
         tx.run("tenant_ensure", name="default", now=1)
-        tx.run("account_insert", username="uma", tenant="default", role="user", password_hash="-",
-               allowed_profiles="{}", can_manage_team=0, now=1)  # fmt: skip
-        tx.run("bot_insert", id="bot_01TEST", tenant="default", owner="uma", name="Helper", name_key="helper",
-               source="local", profile="default", instructions="", now=1)  # fmt: skip
+        for owner, bot_id in OWNERS.items():
+            tx.run("account_insert", username=owner, tenant="default", role="user", password_hash="-",
+                   allowed_profiles="{}", can_manage_team=0, now=1)  # fmt: skip
+            tx.run("bot_insert", id=bot_id, tenant="default", owner=owner, name="Helper", name_key="helper",
+                   source="local", profile="default", instructions="", now=1)  # fmt: skip
         for conversation in ids:
-            tx.run("chat_conversation_insert", id=conversation, tenant="default", owner="uma", bot_id="bot_01TEST",
+            owner = owner_of(conversation)
+            tx.run("chat_conversation_insert", id=conversation, tenant="default", owner=owner, bot_id=OWNERS[owner],
                    title="t", title_set=0, now=1)  # fmt: skip
+
+
+def owner_of(conversation_id: str) -> str:
+    return "ulf" if conversation_id.endswith("U") else "uma"
 
 
 def chat_turns(writers: Writers, store: PostgresStore, tmp_path: Path, **settings: Any) -> ChatTurns:
@@ -54,7 +64,7 @@ def chat_turns(writers: Writers, store: PostgresStore, tmp_path: Path, **setting
 
 
 def accept(turns: ChatTurns, conversation_id: str, text: str) -> str:
-    account = Accounts(turns.store, turns.clock).get("uma")
+    account = Accounts(turns.store, turns.clock).get(owner_of(conversation_id))
     assert account is not None
     body = {"text": text}
     return turns.accept(account, conversation_id, text=text, body=body, key=None).turn.id

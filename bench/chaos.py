@@ -31,17 +31,21 @@ process, and ``ok``. The exit status is 0 only when ``ok``.
 With ``--real-hermes`` a third of the jobs and turns (those of source ``n1``) run in real Hermes 0.19.0 against the
 scripted model server; a run is then counted from the model server's log: each model request offering tools whose
 last user message ends with the run marker is one run started (Hermes' own side requests, a session title, offer
-none), and a request answered in full is one Hermes completed.
+none), and a run completed when one of its requests ended with a reply. Team goals join the work there: a lead bot
+with team permission forms a team, starts a goal and assigns a draft through the team tools (its grant's loopback
+listener on ``n1``), the draft runs as a job, the review wake accepts it and finishes the goal. Their jobs and turns
+are judged like the others, and every goal must end (complete, blocked, waiting, cancelled) or wait in review for its
+coordinator with nothing running (``goals`` in the verdict).
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -55,10 +59,10 @@ from typing import Any
 
 import httpx
 
-from chaos_load import TERMINAL_JOB, TERMINAL_TURN, Ambiguous, Load, Record, call
+from chaos_load import GOAL_ENDED, TERMINAL_JOB, TERMINAL_TURN, Ambiguous, Load, Record, call
 from chaos_world import World, clean_env, progress
 from talaria.testing.hermes_fixture import HermesFixture
-from talaria.testing.model_server import ModelServer
+from talaria.testing.model_server import SUMMARY_PREFIX, LoggedRequest, ModelServer
 
 MIB = 1024 * 1024
 HUB_DATA_LIMIT = 256 * MIB  # the hub's data directory, and the PostgreSQL database
@@ -68,6 +72,8 @@ PRE_SUBMISSION = ("runner_offline", "runner_command_not_admitted", "runner_profi
                   "gateway_rejected", "runner_busy", "runner_payload_limit", "internal_error")  # fmt: skip
 # chat.md 3.6: a turn also fails runner_command_uncertain before submission (an open, session or attachment command)
 TURN_PRE_SUBMISSION = (*PRE_SUBMISSION, "runner_command_uncertain")
+# Each goal makes two bots (the lead and its writer): with the conversations' bots, under chat.md 7's 100 per account.
+GOALS_MAX = 40
 FAULT_KINDS = ("hub_kill", "runner_kill", "reset", "half_open", "partition", "latency")
 
 
@@ -82,13 +88,15 @@ class Size:
     fault_gap_s: tuple[float, float]  # a random pause in this range between two faults
     stale_leases: int
     fault_rounds: int  # each fault kind this many times; work goes on until the last
+    goals: int  # team goals, one after another, in real Hermes (--real-hermes only)
 
 
-# At most 8 conversations: they are one account's, and chat.md 7 allows 8 turns in progress per account.
+# At most 8 conversations: they are one account's, and chat.md 7 allows 8 turns in progress per account (a goal's
+# lead turn, alice's too, then waits for a slot: its 429 is retried).
 SIZES = {
-    "default": Size(1000, 200, 10_000, 8, 12, 3, (4.0, 12.0), 5, 5),
-    "quick": Size(250, 50, 2500, 5, 10, 2, (3.0, 8.0), 3, 2),
-    "smoke": Size(24, 9, 150, 3, 6, 1, (1.0, 2.0), 1, 1),
+    "default": Size(1000, 200, 10_000, 8, 12, 3, (4.0, 12.0), 5, 5, 10),
+    "quick": Size(250, 50, 2500, 5, 10, 2, (3.0, 8.0), 3, 2, 4),
+    "smoke": Size(24, 9, 150, 3, 6, 1, (1.0, 2.0), 1, 1, 2),
 }
 
 
@@ -115,13 +123,14 @@ class Executions:
 
     @classmethod
     def of(cls, fixtures: list[HermesFixture], model: ModelServer | None = None) -> Executions:
-        """From the fixtures' turn logs and, with real Hermes, the model server's: its requests that offer tools
-        (the agent's own; a title request offers none) and end with a user message (a run's first request)."""
+        """From the fixtures' turn logs and, with real Hermes, the model server's: a request of the agent's own (it
+        offers tools; a title request offers none, a compression request is a summary's) whose last message is the
+        user's prompt starts a run, and a run completed when any of its requests ended with a reply."""
         started = [(turn.text, turn.status == "complete") for fixture in fixtures for turn in fixture.turns()]
-        real = [(r.last_user, r.ended_at is not None) for r in (model.chat_requests() if model else [])
-                if r.tools and r.last_user is not None]  # fmt: skip
-        in_real = sum(1 for text, _ in real if RUN_MARKER.match(text.rstrip().rsplit("\n", 1)[-1]))
-        made = cls(Counter(), Counter(), [], {}, set(), in_real)
+        agent = [r for r in (model.chat_requests() if model else []) if r.tools and not _summary(r)]
+        replied = {_marker(r.prompt) for r in agent if r.finish == "stop"} - {None}
+        real = [(r.last_user, _marker(r.last_user) in replied) for r in agent if r.last_user is not None]
+        made = cls(Counter(), Counter(), [], {}, set(), sum(1 for text, _ in real if _marker(text)))
         for text, complete in started + real:
             found = RUN_MARKER.match(text.rstrip().rsplit("\n", 1)[-1])
             if found is None:
@@ -136,6 +145,19 @@ class Executions:
         return made
 
 
+def _marker(text: str) -> str | None:
+    """The run marker on the prompt's last line, or None."""
+    last = text.rstrip().rsplit("\n", 1)[-1]
+    return last if RUN_MARKER.match(last) else None
+
+
+def _summary(request: LoggedRequest) -> bool:
+    """Hermes' compression request, which may quote the latest prompt, marker and all."""
+    messages = request.body.get("messages") or [{}]
+    first = messages[0] if isinstance(messages[0], dict) else {}
+    return isinstance(first.get("content"), str) and first["content"].startswith(SUMMARY_PREFIX)
+
+
 class Run:
     def __init__(self, world: World, size: Size, seed: int, smoke: bool) -> None:
         self.world = world
@@ -145,27 +167,34 @@ class Run:
         self.load = Load(world, self.record, seed=seed)
         self.work_done = threading.Event()
         self.work_done_at = 0.0
-        self.jobs_made = itertools.count()
-        self.turns_made = itertools.count()
+        self.handed: Counter[str] = Counter()  # jobs and turns handed to workers so far
         self.faults_done = threading.Event()
         self.creating = threading.Event()  # cleared once no worker creates work any more
         self.creating.set()
         self.idle_workers = 0
+        self.goal_workers = 1 if world.model is not None and size.goals else 0
+        self.goals_made = threading.Event()  # set once no more goals will be started
+        if not self.goal_workers:
+            self.goals_made.set()
+        self.workers = size.job_workers + size.conversations + self.goal_workers
 
     def go(self) -> None:
         started = time.monotonic()
         runners = len(self.world.runners)
         sources = [r.source for r in self.world.runners]
         conversations = [self.load.conversation(sources[c % runners]) for c in range(self.size.conversations)]
+        if self.world.model is not None:  # a fresh hermes serve may fail its first concurrent runs: one run first
+            self.load.turn(conversations[0], "[w00000]")
         threads = [threading.Thread(target=self._faults, name="faults", daemon=True),
                    threading.Thread(target=self._stale_leases, name="stale-leases", daemon=True)]  # fmt: skip
         threads += [threading.Thread(target=self._probes, name=f"probes-{k}", daemon=True)
                     for k in range(self.size.probe_workers)]  # fmt: skip
         for thread in threads:
             thread.start()
-        with ThreadPoolExecutor(self.size.job_workers + len(conversations), thread_name_prefix="work") as pool:
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="work") as pool:
             work = [pool.submit(self._jobs, sources) for _ in range(self.size.job_workers)]
             work += [pool.submit(self._turns, conversation) for conversation in conversations]
+            work += [pool.submit(self._goals) for _ in range(self.goal_workers)]
             self._wait(work)
         self.work_done_at = time.monotonic()
         self.work_done.set()
@@ -173,33 +202,60 @@ class Run:
             thread.join()
         progress(f"work ended after {time.monotonic() - started:.0f} s")
 
-    def _more(self, made: itertools.count[int], quota: int) -> int | None:
-        """The next number, while the quota is not reached or faults are still to come (faults always meet live
-        work). None once there is no more to do."""
+    def _more(self, kind: str, quota: int) -> int | None:
+        """The next number of ``kind``, while the quota is not reached or faults are still to come (faults always
+        meet live work). None once there is no more to do."""
         with self.record.lock:
-            n = next(made)
+            n = self.handed[kind]
+            self.handed[kind] += 1
         if self.load.stop.is_set() or (n >= quota and self.faults_done.is_set()):
-            with self.record.lock:
-                self.idle_workers += 1
-                if self.idle_workers == self.size.job_workers + self.size.conversations:
-                    self.creating.clear()
+            self._idle()
             return None
         return n
 
+    def _made_enough(self) -> bool:
+        """The faults have stopped and no more work will be handed out (what was handed out may still be under
+        way): the recovery window starts, whether or not the workers have come back from their last items."""
+        with self.record.lock:
+            handed = self.handed["jobs"] >= self.size.jobs and self.handed["turns"] >= self.size.turns
+        return self.faults_done.is_set() and handed and self.goals_made.is_set()
+
+    def _idle(self) -> None:
+        """A worker makes no more work; once every one has stopped, the recovery window can start."""
+        with self.record.lock:
+            self.idle_workers += 1
+            if self.idle_workers == self.workers:
+                self.creating.clear()
+
     def _jobs(self, sources: list[str]) -> None:
-        while (n := self._more(self.jobs_made, self.size.jobs)) is not None:
+        while (n := self._more("jobs", self.size.jobs)) is not None:
             self.load.job(f"[j{n:05d}]", sources[n % len(sources)])
 
     def _turns(self, conversation: str) -> None:
-        while (n := self._more(self.turns_made, self.size.turns)) is not None:
+        while (n := self._more("turns", self.size.turns)) is not None:
             self.load.turn(conversation, f"[t{n:05d}]")
 
+    def _goals(self) -> None:
+        """Team goals, one after another, by lead bots on ``n1`` (real Hermes): at least ``size.goals``, and on until
+        one has started after the last fault (so one runs clean), never more than ``GOALS_MAX``."""
+        n, clean = 0, False
+        try:
+            while not self.load.stop.is_set() and n < GOALS_MAX and (n < self.size.goals or not clean):
+                clean = self.faults_done.is_set()
+                if (clean and n + 1 >= self.size.goals) or n + 1 >= GOALS_MAX:
+                    self.goals_made.set()  # this one is the last
+                self.load.goal(f"[g{n:05d}]", self.world.runners[0].source)
+                n += 1
+        finally:
+            self.goals_made.set()
+            self._idle()
+
     def _wait(self, work: list[Future[None]]) -> None:
-        """Wait for the work; once the faults have stopped and no more work is being made, at most
+        """Wait for the work; once the faults have stopped and no more work will be handed out, at most
         ``RECOVERY_WINDOW_S`` more (every job and turn then open had that long to end)."""
         deadline: float | None = None
         while not all(f.done() for f in work):
-            if deadline is None and self.faults_done.is_set() and not self.creating.is_set():
+            if deadline is None and (self._made_enough() or (self.faults_done.is_set() and not self.creating.is_set())):
                 deadline = time.monotonic() + RECOVERY_WINDOW_S
             if deadline is not None and time.monotonic() > deadline:
                 progress("the recovery window ended with work still open")
@@ -256,14 +312,67 @@ class Run:
         return sum(1 for r in self.world.runners for line in r.lines() if line.get("event") == "command_started")
 
 
+@dataclass
+class GoalWork:
+    """What the load's team goals came to: goals by status, the jobs and turns they made besides the lead's turn
+    (assignment jobs, wakes), keyed like the load's own, the goals left with work open, and user turns in a goal's
+    conversation other than its lead's (a replayed request that made a second one)."""
+
+    statuses: Counter[str]
+    jobs: dict[str, str]
+    turns: dict[str, tuple[str, str]]
+    still_open: list[str]
+    extra_user_turns: list[str]
+
+
+def goal_work(load: Load) -> GoalWork:
+    """A goal in review with no turn running waits for its coordinator or a person (a wake that failed, a review the
+    script could not make): an explicit outcome, counted apart."""
+    made = GoalWork(Counter(), {}, {}, [], [])
+    for marker, conversation in load.record.goals.items():
+        path = f"/api/conversations/{conversation}/turns"
+        for turn_id in _turn_ids(load, conversation):
+            if load.record.turns.get(marker) == (conversation, turn_id):
+                continue
+            if call(load.alice, "GET", f"{path}/{turn_id}").json()["turn"]["trigger"] == "automatic":
+                made.turns[f"{marker}{turn_id}"] = (conversation, turn_id)
+            else:
+                made.extra_user_turns.append(f"turn {turn_id} in goal conversation {marker}")
+        found = load.goal_of(conversation)
+        if found is None:
+            made.statuses["not started"] += 1
+            continue
+        goal = call(load.alice, "GET", f"/api/goals/{found['id']}").json()
+        made.jobs |= {f"{marker}{a['id']}": a["jobId"] for a in goal["assignments"] if a.get("jobId")}
+        status = goal["goal"]["status"]
+        live = call(load.alice, "GET", f"/api/conversations/{conversation}").json()["conversation"]["liveTurnId"]
+        if status == "review" and live is None:
+            status = "review, awaiting the coordinator"
+        elif status not in GOAL_ENDED:  # (a turn still live is the turns' check)
+            made.still_open.append(f"goal {found['id']} ({marker}) still {status}")
+        made.statuses[status] += 1
+    return made
+
+
+def _turn_ids(load: Load, conversation: str) -> list[str]:
+    """Every turn of a conversation, by its messages."""
+    messages = load.listed(f"/api/conversations/{conversation}/messages", "messages")
+    return list({m["turnId"]: None for m in messages if m.get("turnId")})
+
+
 def judge(run: Run, fixtures: list[HermesFixture], model: ModelServer | None) -> dict[str, Any]:
     record, load = run.record, run.load
     duplicates, losses, misreported = 0, list(record.accepted_missing), 0
     reply_in_hermes = Counter[str]()  # reported uncertain, yet Hermes completed the run (its reply was there)
     examples: list[str] = []
     ran = Executions.of(fixtures, model)
+    goals = goal_work(load)
+    losses += goals.still_open
+    duplicates += len(goals.extra_user_turns)
+    examples += goals.extra_user_turns[:5]
+    all_jobs, all_turns = record.jobs | goals.jobs, record.turns | goals.turns
     job_states: Counter[str] = Counter()
-    for marker, job_id in record.jobs.items():
+    for marker, job_id in all_jobs.items():
         read = call(load.root, "GET", f"/api/jobs/{job_id}")
         if read.status_code == 404:
             losses.append(f"job {job_id} ({marker}) accepted and now unknown")
@@ -284,7 +393,7 @@ def judge(run: Run, fixtures: list[HermesFixture], model: ModelServer | None) ->
         if reason == "runner_command_uncertain" and job_id in ran.completed:
             reply_in_hermes["jobs"] += 1
     turn_states: Counter[str] = Counter()
-    for marker, (conversation, turn_id) in record.turns.items():
+    for marker, (conversation, turn_id) in all_turns.items():
         read = call(load.alice, "GET", f"/api/conversations/{conversation}/turns/{turn_id}")
         if read.status_code == 404:
             losses.append(f"turn {turn_id} ({marker}) accepted and now unknown")
@@ -305,8 +414,8 @@ def judge(run: Run, fixtures: list[HermesFixture], model: ModelServer | None) ->
         if turn["state"] == "uncertain" and turn_id in ran.completed:
             reply_in_hermes["turns"] += 1
     # a run Hermes started for no job or turn the load made: a second object made by a replayed request
-    known_turns = {turn_id for _, turn_id in record.turns.values()}
-    known_jobs = set(record.jobs.values())
+    known_turns = {turn_id for _, turn_id in all_turns.values()}
+    known_jobs = set(all_jobs.values())
     strays = [f"{run_id}:{work_id}" for run_id, work_id in ran.pairs if run_id not in known_turns
               and work_id not in known_jobs]  # fmt: skip
     started: Counter[str] = Counter()
@@ -317,9 +426,9 @@ def judge(run: Run, fixtures: list[HermesFixture], model: ModelServer | None) ->
     examples += [f"command {command} started {n} times" for command, n in list(twice.items())[:5]]
     examples += [f"a Hermes run for nothing the load made: {stray}" for stray in strays[:5]]
     return {
-        "jobs": dict(job_states), "turns": dict(turn_states), "commands": {"executed": len(started),
-        "target": run.size.commands, "probes": dict(record.probes)}, "runs_in_real_hermes": ran.in_real_hermes,
-        "duplicates": duplicates,
+        "jobs": dict(job_states), "turns": dict(turn_states), "goals": dict(goals.statuses),
+        "commands": {"executed": len(started), "target": run.size.commands, "probes": dict(record.probes)},
+        "runs_in_real_hermes": ran.in_real_hermes, "duplicates": duplicates,
         "silent_losses": len(losses), "misreported": misreported, "losses": losses[:10],
         "uncertain_with_reply_in_hermes": {"jobs": reply_in_hermes["jobs"], "turns": reply_in_hermes["turns"]},
         "duplicate_examples": examples[:10],
@@ -345,6 +454,8 @@ def main() -> int:
     )
     parser.add_argument("--keep", metavar="DIR", type=Path, help="copy the logs and data directories here at the end")
     args = parser.parse_args()
+    # SIGTERM unwinds like Ctrl-C: the world is closed (real Hermes runs in a process group of its own)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     size = SIZES["smoke" if args.smoke else "quick" if args.quick else "default"]
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="talaria-chaos-") as tmp:
@@ -384,6 +495,8 @@ def main() -> int:
             "recovery_s": recovery,
             "stale_writes_attempted": dict(record.stale_attempts),
             "stale_writes_accepted": len(record.stale_accepted),
+            # model calls whose scripted argument was missing (a tool call a fault cut): that run failed, as intended
+            "model_unresolved": len(world.model.unresolved) if world.model is not None else 0,
             "stale_answers": dict(record.stale_answers),
             "audit_ok": verify.returncode == 0,
             "sizes_mib": {name: round(value / MIB, 2) for name, value in sizes.items()},

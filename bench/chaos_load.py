@@ -18,13 +18,15 @@ from typing import Any
 
 import httpx
 
-from chaos_world import PROXY_SECRET, Runner, World, progress
+from chaos_world import GOAL_TEXT, PROXY_SECRET, Runner, World, progress
 from talaria.testing.runtime_client import RuntimeClient
 
 CONNECT_RETRY_S = 0.2
 API_PATIENCE_S = 180.0  # how long one API call is retried while the hub is down or restarting
 TERMINAL_JOB = ("SUCCEEDED", "FAILED", "CANCELLED")
 TERMINAL_TURN = ("completed", "failed", "interrupted", "uncertain")
+GOAL_ENDED = ("complete", "blocked", "waiting", "cancelled")  # team-tools.md 3.3: what a person acts on, or final
+GOAL_QUIET_S = 5.0  # a goal in review with no live turn this long waits for its coordinator (or a person)
 RETRIED_CODES = ("hub_draining", "store_unavailable", "hub_starting")
 BEFORE = {"PENDING_APPROVAL": ("DRAFT",), "DISPATCHED": ("DRAFT", "PENDING_APPROVAL")}  # states a task leaves
 # The refusals a stale write must get: the killed instance's (runner-protocol.md 5.1) and an expired lease's.
@@ -70,6 +72,7 @@ class Record:
 
     jobs: dict[str, str] = field(default_factory=dict)  # marker -> job id
     turns: dict[str, tuple[str, str]] = field(default_factory=dict)  # marker -> (conversation id, turn id)
+    goals: dict[str, str] = field(default_factory=dict)  # marker -> the lead's conversation id (real Hermes only)
     accepted_missing: list[str] = field(default_factory=list)  # accepted objects the hub later did not know
     probes: Counter[str] = field(default_factory=Counter)  # status or code -> count
     faults: Counter[str] = field(default_factory=Counter)
@@ -171,13 +174,13 @@ class Load:
             raise RuntimeError(f"POST /api/conversations answered {made.status_code}: {made.text[:200]}")
         return str(made.json()["conversation"]["id"])
 
-    def turn(self, conversation_id: str, marker: str) -> None:
+    def turn(self, conversation_id: str, marker: str, text: str = "") -> None:
         """One turn, sent again with its key while its answer is lost or the conversation is busy; then waited for."""
         key = "chaos-" + marker.strip("[]")  # Idempotency-Key: 1-255 of [A-Za-z0-9_:-]
         path = f"/api/conversations/{conversation_id}/turns"
         while True:
             try:
-                answer = call(self.alice, "POST", path, json={"text": f"chaos turn {marker}"},
+                answer = call(self.alice, "POST", path, json={"text": text or f"chaos turn {marker}"},
                               headers={"Idempotency-Key": key})  # fmt: skip
             except Ambiguous:
                 continue
@@ -198,6 +201,67 @@ class Load:
             if read.json()["turn"]["state"] in TERMINAL_TURN:
                 return
             time.sleep(0.2)
+
+    # --- team goals (real Hermes: a model that calls the tools) ------------------------------------------------
+
+    def goal(self, marker: str, source: str) -> None:
+        """A lead bot with team permission, its conversation, and the one turn that starts a team goal there; then
+        wait until the goal has ended, or waits in review with nothing running (the judge classifies it)."""
+        name = marker.strip("[]")
+        body = {"name": f"Lead {name}", "source": source, "profile": "default", "teamPermission": True}
+        lead = self._made("/api/bots", "bots", body, lambda bot: bot["name"] == body["name"])
+        conversation = self._made("/api/conversations", "conversations", {"botId": lead},
+                                  lambda made: made["bot"]["id"] == lead)  # fmt: skip
+        with self.record.lock:
+            self.record.goals[marker] = conversation
+        self.turn(conversation, marker, text=GOAL_TEXT.format(g=name))
+        quiet_since: float | None = None
+        while not self.stop.is_set():
+            goal = self.goal_of(conversation)
+            if goal is None:
+                return  # none was started: the lead turn's outcome says why
+            live = call(self.alice, "GET", f"/api/conversations/{conversation}").json()["conversation"]["liveTurnId"]
+            if live is None and goal["status"] in GOAL_ENDED:
+                return  # ended, and the turn that ended it too
+            if live is None and goal["status"] == "review":
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since > GOAL_QUIET_S:
+                    return
+            else:
+                quiet_since = None
+            time.sleep(0.5)
+
+    def goal_of(self, conversation_id: str) -> dict[str, Any] | None:
+        """The goal started in this conversation, if any."""
+        found = [g for g in self.listed("/api/goals", "goals") if (g.get("origin") or {}).get("conversationId")
+                 == conversation_id]  # fmt: skip
+        return found[0] if found else None
+
+    def _made(self, path: str, key: str, body: dict[str, Any], mine: Callable[[dict[str, Any]], bool]) -> str:
+        """POST ``body`` to create one object; when the answer is lost, find it in the list, or send it again (a
+        bot sent again after a lost answer that had made it is refused as a duplicate name: then it is found)."""
+        while True:
+            try:
+                answer = call(self.alice, "POST", path, json=body)
+            except Ambiguous:
+                answer = None
+            if answer is not None and answer.status_code == 201:
+                return str(answer.json()[key[:-1]]["id"])
+            if answer is not None and (answer.status_code, _code(answer)) != (409, "duplicate_bot_name"):
+                raise RuntimeError(f"POST {path} answered {answer.status_code}: {answer.text[:200]}")
+            if found := [item for item in self.listed(path, key) if mine(item)]:
+                return str(found[0]["id"])
+
+    def listed(self, path: str, key: str) -> list[dict[str, Any]]:
+        """Every item of one of alice's paged lists."""
+        items: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            params = {"limit": 100} | ({"cursor": cursor} if cursor else {})
+            page = call(self.alice, "GET", path, params=params).json()
+            items += page[key]
+            if not (cursor := page["nextCursor"]):
+                return items
 
     # --- commands ---------------------------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ import httpx
 
 from talaria.testing.fault_proxy import FaultProxy
 from talaria.testing.hermes_fixture import HermesFixture
-from talaria.testing.model_server import ModelServer
+from talaria.testing.model_server import ModelServer, Rule, demo_team_rules, from_prompt
 from talaria.testing.postgres_server import PostgresServer
 from talaria.testing.real_hermes import RealHermes
 
@@ -48,6 +48,27 @@ HUB_SETTINGS = {
     "TALARIA_LIFECYCLE_HEARTBEAT_INTERVAL_S": "2",
     "TALARIA_LIFECYCLE_REAPER_INTERVAL_S": "1",
 }
+
+
+# A team goal in real Hermes (the demo's, team-tools.md 13's S1 in small): the lead forms a team and assigns a draft,
+# the member writes it as a job, the review wake accepts it and finishes the goal. Every name and request id is the
+# goal's own (from its prompt, or an id Talaria put in the review prompt), so goals never collide.
+GOAL_TEXT = ("Write the launch note with your team. r1={g}-1 r2={g}-2 r3={g}-3 r4={g}-4 writer=Writer-{g} "
+             "crew=Crew-{g}")  # fmt: skip
+_REVIEW_IDS = {5: r"assignment (asg_\S+) review", 6: r"goalId: (\S+)"}  # the review's request ids: Talaria's ids
+# One attempt per model call: Hermes would send a failed call again (3 attempts by default), and a request sent again
+# cannot be told from a prompt run twice in the model server's log. The scripted model fails a call only on purpose
+# (a tool result a later call needs is missing after a fault): that run then fails, as a user would see it.
+HERMES_CONFIG = "agent:\n  api_max_retries: 1\n"
+
+
+def goal_rules() -> list[Rule]:
+    return demo_team_rules(
+        request_id=lambda n: from_prompt(_REVIEW_IDS.get(n, rf"r{n}=(\S+)")),
+        writer=from_prompt(r"writer=(\S+)"),
+        crew=from_prompt(r"crew=(\S+)"),
+        lead=r"^Write the launch note with your team\.",
+    )
 
 
 def progress(text: str) -> None:
@@ -129,7 +150,6 @@ class Runner(Managed):
     token: str = field(default="", repr=False)
     source: str = ""
     hermes: HermesFixture | None = None
-    real: RealHermes | None = None  # instead of the fixture: a real hermes serve
 
     def start(self) -> None:
         with self.log.open("a") as err:
@@ -210,8 +230,9 @@ class World:
     def __init__(self, work: Path, runners: int, *, postgres: bool = False, real_hermes: bool = False) -> None:
         self.work = work
         # With real Hermes: the scripted model it calls, and the hermes serve process watched for its peak RSS.
-        self.model = ModelServer() if real_hermes else None
+        self.model = ModelServer(goal_rules()) if real_hermes else None
         self.others: list[Managed] = []
+        self.real_hermes: list[RealHermes] = []
         self.postgres: PostgresServer | None = None
         self.env: dict[str, str] = {}  # for every talaria process: the database, when on PostgreSQL
         names = ["hub_a", "hub_b"] if postgres else ["hub"]
@@ -250,7 +271,7 @@ class World:
                 env=self.env, stdin=PASSWORD + "\n")  # fmt: skip
         allows = [arg for k in range(self.count) for arg in ("--allow", f"n{k + 1}:default")]
         talaria("admin", "create-user", "--data-dir", data, "--username", "alice", "--role", "user", "--allow",
-                "rt:default", *allows, cwd=self.work, env=self.env, stdin=PASSWORD + "\n")  # fmt: skip
+                "rt:default", *allows, "--team", cwd=self.work, env=self.env, stdin=PASSWORD + "\n")  # fmt: skip
         if self.model is not None:
             self.model.start()
         for k in range(self.count):
@@ -269,10 +290,12 @@ class World:
     def _register(self, k: int) -> Runner:
         node = self.work / f"n{k}"
         node.mkdir()
-        hermes, real = None, None
+        hermes = None
         if k == 1 and self.model is not None:
             started = time.monotonic()
-            real = RealHermes(node / "hermes", self.model.base_url).start()
+            real = RealHermes(node / "hermes", self.model.base_url, config_extra=HERMES_CONFIG)
+            self.real_hermes.append(real)  # stopped by close, whatever happens next
+            real.start()
             assert real.process is not None
             self.others.append(Managed(name=f"n{k}_hermes", log=node / "hermes.log", proc=real.process, starts=1))
             progress(f"n{k} is in front of a real hermes serve ({time.monotonic() - started:.1f} s to start)")
@@ -292,7 +315,7 @@ class World:
         config.write_text(json.dumps(body))
         config.chmod(0o600)
         return Runner(name=f"n{k}", log=node / "runner.log", config=config, runner_id=body["runnerId"],
-                      token=body["token"], source=f"n{k}", hermes=hermes, real=real)  # fmt: skip
+                      token=body["token"], source=f"n{k}", hermes=hermes)  # fmt: skip
 
     def _sample(self) -> None:
         while not self._sampling.wait(0.5):
@@ -340,9 +363,9 @@ class World:
         for runner in self.runners:
             if runner.hermes is not None:
                 runner.hermes.stop()
-            if runner.real is not None:
-                runner.real.stop()
-                (runner.config.parent / "hermes.log").write_text("\n".join(runner.real.output) + "\n")
+        for real in self.real_hermes:
+            real.stop()
+            (real.workdir.parent / "hermes.log").write_text("\n".join(real.output) + "\n")
         if self.model is not None:
             self.model.stop()
         if self.postgres is not None:

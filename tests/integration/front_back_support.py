@@ -4,6 +4,7 @@ a snapshot of either backend's tables for "a refused request changes nothing".""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from tests.integration.route_matrix_support import MOVING, snapshot
 
 # What replicas write on their own clocks: their liveness rows and the role leases.
 REPLICAS_MOVING = ("hub_replica", "hub_role_lease")
+SEALED_WITHIN_S = 10.0  # the sealer runs every 200 ms
 
 
 def state(server: HubServer) -> dict[str, list[tuple[Any, ...]]]:
@@ -30,7 +32,14 @@ def state(server: HubServer) -> dict[str, list[tuple[Any, ...]]]:
     if not url:
         return snapshot(server.settings.data_dir)
     with psycopg.connect(url, autocommit=True) as conn:
+        # audited writes wait in audit_pending until a replica's sealer chains them: a snapshot taken before they
+        # are sealed would see the chain move later, a write of no request's
+        deadline = time.monotonic() + SEALED_WITHIN_S
+        while (pending := conn.execute("SELECT count(*) FROM audit_pending").fetchone()) and pending[0]:
+            assert time.monotonic() < deadline, f"{pending[0]} audit events still unsealed after {SEALED_WITHIN_S} s"
+            time.sleep(0.05)
         tables = [row[0] for row in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]
+        assert "account" in tables and "audit_event" in tables, tables
         return {table: sorted(conn.execute(f'SELECT * FROM "{table}"').fetchall(), key=repr)
                 for table in tables if table not in MOVING + REPLICAS_MOVING}  # fmt: skip
 

@@ -1,9 +1,9 @@
 """``make chaos-smoke`` inside ``make test`` (issue 17): ``bench/chaos.py --smoke`` over real processes — a hub on
 SQLite, three runners, their Hermes fixtures and the fault proxy — with each fault kind injected once and stale
 writes tried on purpose; and the same with two hub replicas of one PostgreSQL database (``--postgres``), the fault
-proxy balancing the runners between them; and on SQLite with runner ``n1`` in front of a real ``hermes serve`` and the
-scripted model (``--real-hermes``). Its JSON verdict must show no duplicate, no silent loss, no accepted stale write
-and a verifying audit chain."""
+proxy balancing the runners between them; and on SQLite with runner ``n1`` in front of a real ``hermes serve`` and
+the scripted model (``--real-hermes``), team goals through the team tools in the work. Its JSON verdict must show no
+duplicate, no silent loss, no accepted stale write and a verifying audit chain."""
 
 from __future__ import annotations
 
@@ -52,9 +52,13 @@ def test_the_chaos_smoke_run_keeps_every_promise(
     try:
         out, err = proc.communicate(timeout=RUN_LIMIT_S)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        if proc.poll() is None:  # SIGTERM first: the run then stops what it started (real Hermes included)
+            proc.terminate()
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
     lines = out.strip().splitlines()
     assert lines, f"no verdict; stderr:\n{err[-4000:]}"
     verdict = json.loads(lines[-1])
@@ -76,6 +80,9 @@ def test_the_chaos_smoke_run_keeps_every_promise(
     if real_hermes:  # a share of the work really ran in Hermes, counted from the model server's log
         assert verdict["hermes"] == "real n1" and verdict["runs_in_real_hermes"] >= 10, shown
         assert verdict["peak_rss_mib"]["n1_hermes"] > 0, shown
+        # team goals through the team tools: at least two tried, and at least one completed (the run goes on until
+        # one has started after the last fault)
+        assert sum(verdict["goals"].values()) >= 2 and verdict["goals"].get("complete", 0) >= 1, shown
     if backend == "postgresql":  # both replicas served and were sampled
         assert set(verdict["peak_rss_mib"]) >= {"hub_a", "hub_b"}, shown
         assert verdict["sizes_mib"]["postgres_database"] > 0, shown

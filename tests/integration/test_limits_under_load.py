@@ -4,10 +4,12 @@ so the limit is counted cluster-wide, scale.md 3.7). Each limit admits exactly u
 its documented code, and every accepted request is stored while no refused one is: the totals a user can count.
 
 The node is registered but never connected, so an accepted turn stays live (``pending``) for the whole test.
-Per-runner and per-grant limits under load are the runner tests' (test_runner_limits.py, test_slow_clients.py)."""
+Per-runner limits are the runner tests' (test_runner_transport.py, test_runner_gateway.py, test_runner_replicas.py),
+slow clients test_slow_clients.py's and test_slow_readers.py's."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +21,8 @@ import httpx
 import pytest
 
 from talaria import limits
-from tests.backends import BACKENDS
+from talaria.settings import Settings
+from tests.backends import BACKENDS, raw_sql
 from tests.conftest import add_account, login
 from tests.integration.front_back_support import FrontBack, front_and_back
 from tests.integration.runner_support import wait_until
@@ -27,6 +30,7 @@ from tests.integration.runner_support import wait_until
 pytestmark = pytest.mark.usefixtures("fast_argon2")
 
 PER_HUB = 10  # chat.per_hub, small enough to reach with a few accounts
+PER_ACCOUNT = Settings().chat_per_account  # 8
 THREADS = 24
 PEOPLE = ("uma", "ulf", "ada")
 
@@ -128,13 +132,15 @@ def test_live_turns_stop_at_one_per_conversation_the_account_limit_and_the_hub_l
     # uma alone: 30 turns into 10 conversations at once; her 8 (chat.per_account) are admitted, one per conversation
     first = load.at_once(turns(load, "uma", uma, 3))
     refused_as(first, {(409, "turn_in_progress"), (429, "chat_turn_limit")})
-    assert codes(first)[(202, "")] == 8 == sum(live_turns(load, "uma", uma).values())
+    assert codes(first)[(202, "")] == PER_ACCOUNT == sum(live_turns(load, "uma", uma).values())
     # then everyone at once: the hub's 10 (chat.per_hub) fill with 2 of ulf's and ada's; uma stays at her 8
     second = load.at_once(turns(load, "uma", uma, 2) + turns(load, "ulf", ulf, 3) + turns(load, "ada", ada, 3))
     refused_as(second, {(409, "turn_in_progress"), (429, "chat_turn_limit"), (429, "chat_busy")})
-    assert codes(second)[(202, "")] == PER_HUB - 8
-    assert sum(live_turns(load, "uma", uma).values()) == 8
-    assert sum(live_turns(load, "ulf", ulf).values()) + sum(live_turns(load, "ada", ada).values()) == PER_HUB - 8
+    assert codes(second)[(202, "")] == PER_HUB - PER_ACCOUNT
+    assert sum(live_turns(load, "uma", uma).values()) == PER_ACCOUNT
+    assert (
+        sum(live_turns(load, "ulf", ulf).values()) + sum(live_turns(load, "ada", ada).values()) == PER_HUB - PER_ACCOUNT
+    )
     assert codes(second)[(429, "chat_busy")] > 0, "the hub's limit was reached"
 
 
@@ -186,9 +192,12 @@ def test_unsent_attachments_stop_at_the_limit_per_conversation(load: Load) -> No
     over = limits.MAX_UNSENT_ATTACHMENTS + 4
     answers = load.at_once([upload(who, c, i) for who, c in zip(owners, conversations, strict=True)
                             for i in range(over)])  # fmt: skip
-    for n, _ in enumerate(conversations):
+    stored = raw_sql(load.hubs.back.settings, "SELECT id, conversation_id FROM chat_attachment")
+    for n, conversation_id in enumerate(conversations):
         mine = answers[n * over : (n + 1) * over]
         assert codes(mine) == Counter({(201, ""): limits.MAX_UNSENT_ATTACHMENTS, (409, "attachment_limit"): 4})
+        made = {answer.json()["attachment"]["id"] for answer in mine if answer.status_code == 201}
+        assert {row["id"] for row in stored if row["conversation_id"] == conversation_id} == made
 
 
 class OpenStream:
@@ -200,6 +209,7 @@ class OpenStream:
         request = self._client.build_request("GET", f"/api/conversations/{conversation_id}/events")
         self._response = self._client.send(request, stream=True)
         self.status = self._response.status_code
+        self.code = "" if self.status == 200 else str(json.loads(self._response.read())["code"])
 
     def close(self) -> None:
         self._response.close()
@@ -211,9 +221,13 @@ def test_event_streams_stop_at_the_limit_per_account_and_free_their_slots(load: 
     top = limits.MAX_CHAT_STREAMS_PER_ACCOUNT
     wanted = [("uma", i, uma) for i in range(top + 3)] + [("ulf", i, ulf) for i in range(top)]
     with ThreadPoolExecutor(THREADS) as pool:
-        streams = list(pool.map(lambda args: OpenStream(load.client(args[0], args[1]), args[2]), wanted))
+        opening = [pool.submit(OpenStream, load.client(who, i), conversation) for who, i, conversation in wanted]
+    streams = [future.result() for future in opening if future.exception() is None]
     try:
-        assert Counter(s.status for s in streams[: top + 3]) == Counter({200: top, 429: 3})
+        assert len(streams) == len(wanted), [future.exception() for future in opening]
+        assert Counter((s.status, s.code) for s in streams[: top + 3]) == Counter(
+            {(200, ""): top, (429, "chat_stream_limit"): 3}
+        )
         assert [s.status for s in streams[top + 3 :]] == [200] * top
     finally:
         for stream in streams:

@@ -84,7 +84,8 @@ def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             server = hubs.front
             for name, role in (("root", "admin"), ("alice", "user"), ("dora", "user"), ("vic", "user")):
                 add_account(server, name, role, allowed_profiles={"local": ["default"]})
-            made += [login(server, name) for name in ("root", "alice", "dora", "vic")]
+            for name in ("root", "alice", "dora", "vic"):
+                made.append(login(server, name))  # each closed at the end, even when a later one fails
             root = made[0]
             assert root.patch("/api/admin/accounts/dora", json={"enabled": False}).status_code == 200
             other = login(server, "vic")  # vic's password changed in another session: the first one ends

@@ -65,21 +65,22 @@ def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     clients: list[httpx.Client] = []
     with front_and_back(request, tmp_path_factory.mktemp("tenants")) as hubs:
         try:
-            yield made(hubs, clients)
+            yield tenants_world(hubs, clients)
         finally:
             for client in clients:
                 client.close()
 
 
-def made(hubs: FrontBack, clients: list[httpx.Client]) -> World:
+def tenants_world(hubs: FrontBack, clients: list[httpx.Client]) -> World:
     """Acme's objects, made on the front hub; default's user and admin signed in there and sent to the back one."""
     server = hubs.front
     profiles = {"local": ["default"], "acme-src": ["default"]}
     for name, role, tenant in (("alice", "user", "default"), ("root", "admin", "default"),
                                ("carol", "user", ACME), ("oscar", "admin", ACME)):  # fmt: skip
         add_account(server, name, role, tenant=tenant, allowed_profiles=profiles)
-    alice, root, carol, oscar = (login(server, n) for n in ("alice", "root", "carol", "oscar"))
-    clients += [alice, root, carol, oscar]
+    for name in ("alice", "root", "carol", "oscar"):
+        clients.append(login(server, name))  # each closed at the end, even when a later one fails
+    alice, root, carol, oscar = clients[-4:]
     fields = parse_registration({"name": "acme node", "source": "acme-src", "allowedProfiles": ["default"]},
                                 default_server_url=server.url)  # fmt: skip
     runner = server.hub.registry.register(ACME, fields).runner

@@ -237,6 +237,9 @@ class LoggedRequest:
     last_user: str | None  # the text of the last message if it is a user message
     at: float
     ended_at: float | None = field(default=None, compare=False)  # when its response was fully sent
+    # how it ended: "stop" (a reply), "tool_calls", "error" (a scripted failure, an unresolved argument), "gone"
+    finish: str | None = field(default=None, compare=False)
+    prompt: str = ""  # the text of the last user message, wherever it is (a run's later requests end otherwise)
 
 
 def _last_user(messages: list[Any]) -> tuple[str, int]:
@@ -390,9 +393,10 @@ class ModelServer:
             gate.set()
         await gate.wait()
 
-    def _ended(self, request: LoggedRequest) -> None:
+    def _ended(self, request: LoggedRequest, finish: str) -> None:
         with self._lock:
             request.ended_at = time.time()
+            request.finish = finish
             self._lock.notify_all()
 
     def _record(self, request: LoggedRequest) -> None:
@@ -446,7 +450,8 @@ class ModelServer:
         names = tuple(str(t.get("function", {}).get("name", "")) for t in offered)
         last = messages[-1] if messages else None
         last_user = _text_of(last.get("content")) if isinstance(last, dict) and last.get("role") == "user" else None
-        logged = LoggedRequest("POST", request.url.path, body, names, last_user, time.time())
+        logged = LoggedRequest("POST", request.url.path, body, names, last_user, time.time(),
+                               prompt=_last_user(messages)[0])  # fmt: skip
         self._record(logged)
         prompt, position = _turn_position(messages)
         first = _text_of(messages[0].get("content")) if messages and isinstance(messages[0], dict) else ""
@@ -465,17 +470,17 @@ class ModelServer:
             except Unresolved as exc:
                 with self._lock:
                     self.unresolved.append(str(exc))
-                self._ended(logged)
+                self._ended(logged, "error")
                 return JSONResponse({"error": {"message": f"scripted argument unresolved: {exc}"}}, status_code=500)
         if step.kind == "tool_echo":
             results = [m for m in messages if isinstance(m, dict) and m.get("role") == "tool"]
             step = reply(step.text + (_text_of(results[-1].get("content")) if results else "(no tool result)"))
         if step.kind == "fail":
-            self._ended(logged)
+            self._ended(logged, "error")
             return Response(step.body, status_code=step.status, media_type="application/json")
         if step.kind == "hang":
             await _until_disconnected(request)
-            self._ended(logged)
+            self._ended(logged, "gone")
             return Response(status_code=499)
         if step.first_byte_delay_s:
             await asyncio.sleep(step.first_byte_delay_s)
@@ -488,7 +493,7 @@ class ModelServer:
         message: dict[str, Any] = {"role": "assistant", "content": None if call else step.text}
         if call is not None:
             message["tool_calls"] = [call]
-        self._ended(logged)
+        self._ended(logged, "tool_calls" if call else "stop")
         return JSONResponse(
             {
                 "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
@@ -548,7 +553,7 @@ class ModelServer:
                        "choices": [], "usage": usage}  # fmt: skip
         yield f"data: {json.dumps(usage_frame)}\n\n".encode()
         yield b"data: [DONE]\n\n"
-        self._ended(logged)
+        self._ended(logged, finish)
 
 
 def demo_rule() -> Rule:
@@ -569,40 +574,48 @@ def demo_chat_rules() -> list[Rule]:
     ]  # fmt: skip
 
 
-def demo_team_rules() -> list[Rule]:
+def demo_team_rules(
+    request_id: Callable[[int], Any] = lambda n: f"demo-{n}",
+    writer: Any = "Writer",
+    crew: Any = "Launch crew",
+    lead: str = r"^Write the launch note",
+) -> list[Rule]:
     """The demo's team goal (team-tools.md 13's S1 in small): the coordinator forms a team and assigns a draft, the
-    member writes it, the review wake accepts it and finishes the goal."""
+    member writes it, the review wake accepts it and finishes the goal. ``request_id(n)`` is the n-th mutating call's
+    ``requestId`` (1-6), ``writer`` and ``crew`` the names, ``lead`` the pattern of the lead's prompt: values or
+    ``from_prompt`` arguments, so that many goals can run side by side (the chaos benchmark's). The review rule
+    matches only a wake that shows an assignment in review (another wake gets the default reply)."""
 
     def team(name: str) -> ToolSelector:
         return ToolSelector("team_", f"talaria_{name}:")
 
     return [
         when(None,
-             tool_call(team("create_bot"), {"requestId": "demo-1", "name": "Writer",
+             tool_call(team("create_bot"), {"requestId": request_id(1), "name": writer,
                                             "instructions": "Write short, plain text."}),
-             tool_call(team("create_team"), {"requestId": "demo-2", "name": "Launch crew",
+             tool_call(team("create_team"), {"requestId": request_id(2), "name": crew,
                                              "memberIds": [from_result(0, "/bot/id")]}),
-             tool_call(team("start_goal"), {"requestId": "demo-3", "teamId": from_result(1, "/team/id"),
+             tool_call(team("start_goal"), {"requestId": request_id(3), "teamId": from_result(1, "/team/id"),
                                             "title": "Launch note",
                                             "objective": "A three-line note announcing the node.",
                                             "acceptanceCriteria": ["Three lines, plain text."]}),
-             tool_call(team("assign"), {"requestId": "demo-4", "goalId": from_result(2, "/goal/id"),
+             tool_call(team("assign"), {"requestId": request_id(4), "goalId": from_result(2, "/goal/id"),
                                         "botId": from_result(0, "/bot/id"), "title": "Draft",
                                         "brief": "Write three lines announcing the node."}),
              slow("Writer is drafting the launch note; I will report back here.", chunk_delay_s=0.03),
-             pattern=r"^Write the launch note"),
+             pattern=lead),
         when(None, reply("The node is up.\nHermes runs where it belongs.\nTalaria keeps the receipts."),
              pattern=r"(?m)^\[talaria-assignment\]"),
         when(None,
-             tool_call(team("review_assignment"), {"requestId": "demo-5", "decision": "accept", "note": "Good.",
+             tool_call(team("review_assignment"), {"requestId": request_id(5), "decision": "accept", "note": "Good.",
                                                    "assignmentId": from_prompt(r"assignment (asg_\S+) review")}),
-             tool_call(team("finish_goal"), {"requestId": "demo-6", "goalId": from_prompt(r"goalId: (\S+)"),
+             tool_call(team("finish_goal"), {"requestId": request_id(6), "goalId": from_prompt(r"goalId: (\S+)"),
                                              "status": "complete", "acceptanceRevision": 1,
                                              "result": "The launch note is written: three plain lines.",
                                              "checks": [{"criterion": 0, "passed": True,
                                                          "evidence": "Writer's draft has three plain lines."}]}),
              reply("The launch note is ready: Writer wrote it and I checked it."),
-             pattern=r"(?m)^\[talaria-goal-review\]"),
+             pattern=r"(?ms)^\[talaria-goal-review\].*^assignment asg_\S+ review "),
     ]  # fmt: skip
 
 

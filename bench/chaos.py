@@ -169,9 +169,6 @@ class Run:
         self.work_done_at = 0.0
         self.handed: Counter[str] = Counter()  # jobs and turns handed to workers so far
         self.faults_done = threading.Event()
-        self.creating = threading.Event()  # cleared once no worker creates work any more
-        self.creating.set()
-        self.idle_workers = 0
         self.goal_workers = 1 if world.model is not None and size.goals else 0
         self.goals_made = threading.Event()  # set once no more goals will be started
         if not self.goal_workers:
@@ -209,7 +206,6 @@ class Run:
             n = self.handed[kind]
             self.handed[kind] += 1
         if self.load.stop.is_set() or (n >= quota and self.faults_done.is_set()):
-            self._idle()
             return None
         return n
 
@@ -219,13 +215,6 @@ class Run:
         with self.record.lock:
             handed = self.handed["jobs"] >= self.size.jobs and self.handed["turns"] >= self.size.turns
         return self.faults_done.is_set() and handed and self.goals_made.is_set()
-
-    def _idle(self) -> None:
-        """A worker makes no more work; once every one has stopped, the recovery window can start."""
-        with self.record.lock:
-            self.idle_workers += 1
-            if self.idle_workers == self.workers:
-                self.creating.clear()
 
     def _jobs(self, sources: list[str]) -> None:
         while (n := self._more("jobs", self.size.jobs)) is not None:
@@ -248,14 +237,13 @@ class Run:
                 n += 1
         finally:
             self.goals_made.set()
-            self._idle()
 
     def _wait(self, work: list[Future[None]]) -> None:
         """Wait for the work; once the faults have stopped and no more work will be handed out, at most
         ``RECOVERY_WINDOW_S`` more (every job and turn then open had that long to end)."""
         deadline: float | None = None
         while not all(f.done() for f in work):
-            if deadline is None and (self._made_enough() or (self.faults_done.is_set() and not self.creating.is_set())):
+            if deadline is None and self._made_enough():
                 deadline = time.monotonic() + RECOVERY_WINDOW_S
             if deadline is not None and time.monotonic() > deadline:
                 progress("the recovery window ended with work still open")

@@ -50,7 +50,6 @@ class FrontBack:
     or two PostgreSQL replicas of one database, so that what one replica made or changed (a session, a disabled
     account, a password change, a removed runner, an epoch, a live turn) the other knows by the database alone."""
 
-    backend: str
     front: HubServer
     back: HubServer
 
@@ -72,7 +71,7 @@ def front_and_back(request: pytest.FixtureRequest, directory: Path, **settings: 
         if request.param == "sqlite":
             server = HubServer(directory / "data", SystemClock(), **settings).start()
             stack.callback(server.stop)
-            yield FrontBack("sqlite", server, server)
+            yield FrontBack(server, server)
             return
         postgres: PostgresServer = request.getfixturevalue("postgres_server")
         url = stack.enter_context(postgres_database(postgres, migrated=True))
@@ -80,4 +79,4 @@ def front_and_back(request: pytest.FixtureRequest, directory: Path, **settings: 
         stack.callback(front.stop)
         back = HubServer(directory / "b", SystemClock(), database_url=url, **settings).start()
         stack.callback(back.stop)
-        yield FrontBack("postgresql", front, back)
+        yield FrontBack(front, back)

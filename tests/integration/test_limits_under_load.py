@@ -4,7 +4,7 @@ so the limit is counted cluster-wide, scale.md 3.7). Each limit admits exactly u
 its documented code, and every accepted request is stored while no refused one is: the totals a user can count.
 
 The node is registered but never connected, so an accepted turn stays live (``pending``) for the whole test.
-Per-runner limits are the runner tests' (test_runner_transport.py, test_runner_gateway.py, test_runner_replicas.py),
+The runner limits under load are test_runner_limits_under_load.py's, team tools' test_team_limits_under_load.py's,
 slow clients test_slow_clients.py's and test_slow_readers.py's."""
 
 from __future__ import annotations

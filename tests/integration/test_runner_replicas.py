@@ -9,7 +9,6 @@ reconciler's passes run on the replica holding ``maintenance``; failed sign-ins 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -20,9 +19,7 @@ import pytest
 
 from talaria.canonical import canonical_json, sha256_hex
 from talaria.clock import ManualClock
-from talaria.errors import TalariaError
-from talaria.hub.runners.channels import ToolKind
-from talaria.hub.runners.connection_state import AccountRef, Gateway, Grant, ToolExecutor
+from talaria.hub.runners.connection_state import AccountRef, Gateway, Grant
 from talaria.hub.runners.shared_connections import ORPHAN_CLOSE_MS, SharedRunnerHub
 from talaria.hub.runners.transport import JobHeld
 from talaria.lifecycle.records import LeaseRef
@@ -32,6 +29,7 @@ from talaria.testing.hub_server import HubServer
 from talaria.testing.postgres_server import PostgresServer
 from tests.backends import postgres_database, raw_sql
 from tests.conftest import PASSWORD, add_account, login
+from tests.integration.grant_support import ProbeTools, answered, call, probe_grant, take
 from tests.integration.runner_support import (
     OFF_LIST,
     Machine,
@@ -100,13 +98,6 @@ def pair(postgres_server: PostgresServer, tmp_path: Path, clock: ManualClock) ->
         yield both
 
 
-def take(machine: Machine, kind: str) -> dict[str, Any]:
-    """The one command of ``kind`` the next poll through ``machine`` delivers."""
-    [command] = assert_machine_ok(machine.poll())["commands"]
-    assert command["kind"] == kind, command
-    return dict(command)
-
-
 def opened_on_a(pair: Pair, account: AccountRef | None = None) -> Gateway:
     """A gateway opened by replica A, its ``gateway.open`` taken, admitted and answered through replica B."""
     task = spawn(pair.a, pair.a.hub.channels.open_gateway(pair.id, account or pair.account()))
@@ -116,11 +107,9 @@ def opened_on_a(pair: Pair, account: AccountRef | None = None) -> Gateway:
 
 
 def answered_through_b(pair: Pair, task: asyncio.Task[Any], kind: str) -> Any:
-    """The outcome at A of ``task``, whose one command (of ``kind``) is taken, admitted and answered through B."""
-    command = take(pair.on_b, kind)
-    assert assert_machine_ok(pair.on_b.post("admit", {"id": command["id"]})) == {"allowed": True}, "B reads A's row"
-    assert_machine_ok(pair.on_b.post("result", {"id": command["id"], "result": {"ok": True}}))
-    return outcome(pair.a, task)
+    """The outcome at A of ``task``, whose one command (of ``kind``) is taken, admitted (B reads A's row) and
+    answered through B."""
+    return answered(pair.a, pair.on_b, task, kind)
 
 
 def drained(server: HubServer, gateway: Gateway) -> list[Any]:
@@ -419,54 +408,14 @@ def test_maintenance_closes_a_dead_owner_s_gateway_nothing_adopted_within_60_s_b
     assert gateway_row(pair, kept.id)["orphaned_at"] is not None, "once its job is terminal"
 
 
-class Tools:
-    """A grant's executors on each replica (the kind ``probe``): each call records where it ran; a call with
-    ``{"hold": true}`` waits until ``release`` is set; ``{"refuse": true}`` answers ``team_tools_forbidden``."""
-
-    def __init__(self, pair: Pair) -> None:
-        self.ran: list[tuple[str, str]] = []  # (replica, tool id)
-        self.release = threading.Event()
-        for name, server in (("a", pair.a), ("b", pair.b)):
-            server.hub.channels.tool_kinds["probe"] = self._kind(name)
-
-    def owner(self) -> ToolExecutor:
-        """The grant's own executor on A, its owner."""
-        return self._kind("a")("", {})
-
-    def _kind(self, replica: str) -> ToolKind:
-        def make(grant_id: str, tools: dict[str, Any]) -> ToolExecutor:
-            async def execute(tool_id: str, arguments: dict[str, Any]) -> Any:
-                self.ran.append((replica, tool_id))
-                if arguments.get("hold"):
-                    await asyncio.to_thread(self.release.wait, 10)
-                if arguments.get("refuse"):
-                    raise TalariaError("team_tools_forbidden", "team tools are no longer available to this turn")
-                return {"ran": tool_id, "on": replica, "grant": grant_id, "tools": tools}
-
-            return execute
-
-        return make
-
-
-def granted_on_a(pair: Pair, tools: Tools, account: AccountRef | None = None) -> Grant:
+def granted_on_a(pair: Pair, tools: ProbeTools, account: AccountRef | None = None) -> Grant:
     """A grant opened by replica A (executor and ``tools`` of kind ``probe``), its ``grant.create`` taken, admitted
     and answered through replica B."""
-    created = pair.a.hub.channels.create_grant(
-        pair.id, account or pair.account(), profile="default", work_id="w1",
-        session={"runtimeId": "r", "storedId": ""}, catalog=[], executor=tools.owner(),
-        turn_active=lambda: True, tools={"kind": "probe", "n": 1},
-    )  # fmt: skip
-    grant = answered_through_b(pair, spawn(pair.a, created), "grant.create")
-    assert isinstance(grant, Grant), grant
-    return grant
-
-
-def call(grant: Grant, call_id: str, **arguments: Any) -> dict[str, Any]:
-    return {"grantId": grant.id, "toolId": "probe.echo", "callId": call_id, "arguments": arguments}
+    return probe_grant(pair.a, pair.on_b, tools, account or pair.account())
 
 
 def test_a_tool_call_runs_on_the_replica_it_reached_once_for_its_call_id(pair: Pair) -> None:
-    tools = Tools(pair)
+    tools = ProbeTools(pair.a, pair.b)
     grant = granted_on_a(pair, tools)
     first = assert_machine_ok(pair.on_b.post("tool", call(grant, "c1")))
     assert first == {"result": {"ran": "probe.echo", "on": "b", "grant": grant.id, "tools": {"kind": "probe", "n": 1}}}
@@ -478,7 +427,7 @@ def test_a_tool_call_runs_on_the_replica_it_reached_once_for_its_call_id(pair: P
 
 
 def test_a_duplicate_on_another_replica_waits_for_the_running_call(pair: Pair) -> None:
-    tools = Tools(pair)
+    tools = ProbeTools(pair.a, pair.b)
     grant = granted_on_a(pair, tools)
     other = pair.on_a.twin()
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -495,7 +444,7 @@ def test_a_duplicate_on_another_replica_waits_for_the_running_call(pair: Pair) -
 
 
 def test_a_call_left_running_by_a_replica_no_longer_live_is_taken_over_and_run_once(pair: Pair) -> None:
-    tools = Tools(pair)
+    tools = ProbeTools(pair.a, pair.b)
     grant = granted_on_a(pair, tools)
     fingerprint = sha256_hex(canonical_json(["probe.echo", {}]))
     raw_sql(pair.a.settings, "INSERT INTO runner_tool_call (grant_id, call_id, fingerprint, status, replica, "
@@ -511,7 +460,7 @@ def test_a_call_left_running_by_a_replica_no_longer_live_is_taken_over_and_run_o
 
 
 def test_the_128_call_limit_holds_across_replicas(pair: Pair) -> None:
-    tools = Tools(pair)
+    tools = ProbeTools(pair.a, pair.b)
     grant = granted_on_a(pair, tools)
     for n in range(128):
         assert_machine_ok((pair.on_a if n % 2 else pair.on_b).post("tool", call(grant, f"c{n}")))
@@ -524,7 +473,7 @@ def test_the_128_call_limit_holds_across_replicas(pair: Pair) -> None:
 def test_an_account_that_lost_its_access_stops_the_owner_s_turn_from_the_other_replica(pair: Pair) -> None:
     body = {"username": "uma", "password": PASSWORD, "role": "user", "allowedProfiles": {"local": ["default"]}}
     assert pair.admin.post("/api/admin/accounts", json=body).status_code == 201
-    tools = Tools(pair)
+    tools = ProbeTools(pair.a, pair.b)
     grant = granted_on_a(pair, tools, pair.account("uma"))
     assert pair.admin.patch("/api/admin/accounts/uma", json={"canManageTeam": True}).status_code == 200
     assert_machine_error(pair.on_b.post("tool", call(grant, "c1")), 403, "team_tools_forbidden")
@@ -534,7 +483,7 @@ def test_an_account_that_lost_its_access_stops_the_owner_s_turn_from_the_other_r
 
 
 def test_a_tool_refusing_its_round_on_the_other_replica_closes_the_grant_and_the_turn_goes_on(pair: Pair) -> None:
-    tools = Tools(pair)
+    tools = ProbeTools(pair.a, pair.b)
     grant = granted_on_a(pair, tools)
     assert_machine_error(pair.on_b.post("tool", call(grant, "c1", refuse=True)), 403, "team_tools_forbidden")
     closing = take(pair.on_a, "grant.close")
@@ -545,7 +494,7 @@ def test_a_tool_refusing_its_round_on_the_other_replica_closes_the_grant_and_the
 
 
 def test_a_grant_closed_by_its_owner_refuses_calls_on_the_other_replica(pair: Pair) -> None:
-    tools = Tools(pair)
+    tools = ProbeTools(pair.a, pair.b)
     grant = granted_on_a(pair, tools)
     closed = spawn(pair.a, pair.a.hub.channels.close_grant(grant))
     closing = take(pair.on_b, "grant.close")

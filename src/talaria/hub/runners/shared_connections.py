@@ -231,7 +231,9 @@ class SharedRunnerHub:
                 return [], current, False, None
         ended: list[_Ended] = []
         with self.store.write() as tx:
-            for _ in range(3):  # a conflicting insert means another replica's first poll won: look again
+            if poll:  # polls replace and make states: one at a time per runner, across replicas
+                tx.one("runner_conn_poll_lock", runner_id=runner_id)
+            for _ in range(3):  # a row deleted while this transaction waited for it (a disconnect): look again
                 row = tx.one("runner_conn_lock", runner_id=runner_id)
                 if poll and reset and row is not None and row["instance"] == instance:
                     ended.append(self._end(tx, row, "reset", now))

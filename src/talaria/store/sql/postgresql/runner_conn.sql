@@ -4,6 +4,11 @@ SELECT runner_id, instance, epoch, created_at, seen_at, features, runner_version
        draining_since
 FROM runner_conn WHERE runner_id = :runner_id FOR UPDATE
 
+-- name: runner_conn_poll_lock
+-- One runner's polls, one at a time, before its row: a poll that replaces the state deletes the row the next one
+-- waits for, which would then find no row and lose its insert to a third (409 runner_instance_limit, not 503).
+SELECT pg_advisory_xact_lock(7346298, hashtext(:runner_id)) AS locked
+
 -- name: runner_conn_get
 -- One runner's connection state, read without a lock.
 SELECT runner_id, instance, epoch, created_at, seen_at, features, runner_version, poll_token, poll_replica,

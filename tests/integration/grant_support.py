@@ -92,6 +92,7 @@ def round_grant(server: HubServer, machine: Machine, round: Round) -> Grant:
         return await executors[0](tool_id, arguments)
 
     channels = server.hub.channels
+    assert ROUND_KIND in channels.tool_kinds, "the hub has the team set installed"
     account = AccountRef(round.owner, round.tenant, round.auth_version)
     created = channels.create_grant(
         machine.runner_id, account, profile=round.profile, work_id=round.conversation_id,

@@ -8,7 +8,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -82,25 +82,24 @@ class Fleet:
 @contextmanager
 def fleet_of(hubs: FrontBack, admin: httpx.Client, sources: list[str]) -> Iterator[Fleet]:
     """A runner of each source registered by ``admin`` and connected (with team-tools-v1) through the front hub,
-    disconnected afterwards."""
-    nodes: list[Node] = []
-    try:
+    disconnected afterwards (whichever instance is current then: its commands end, its hold returns)."""
+    with ExitStack() as stack:
+        nodes: list[Node] = []
         for source in sources:
             made = register(admin, name=f"node {source}", source=source)
             front = Machine(hubs.front, made["runner"]["id"], made["token"])
+            stack.callback(front.close)
+            stack.callback(lambda runner_id: hubs.front.call(hubs.front.hub.runners.disconnect(runner_id, "test over")),
+                           front.runner_id)  # fmt: skip
             assert_machine_ok(front.poll(reset=True, features="team-tools-v1"))
             back = Machine(hubs.back, front.runner_id, front.token, front.instance)
+            stack.callback(back.close)
             back.epoch = front.epoch
             nodes.append(Node(front.runner_id, front.token, (front, back)))
         pool = httpx.Limits(max_connections=THREADS, max_keepalive_connections=THREADS)
-        with httpx.Client(base_url=hubs.front.url, limits=pool, timeout=40) as front_client, \
-                httpx.Client(base_url=hubs.back.url, limits=pool, timeout=40) as back_client:  # fmt: skip
-            yield Fleet(hubs, nodes, (front_client, back_client))
-    finally:
-        for node in nodes:  # whichever instance is current now: its commands end, its hold returns
-            hubs.front.call(hubs.front.hub.runners.disconnect(node.id, "test over"))
-            for machine in node.machines:
-                machine.close()
+        clients = tuple(stack.enter_context(httpx.Client(base_url=hub.url, limits=pool, timeout=40))
+                        for hub in (hubs.front, hubs.back))  # fmt: skip
+        yield Fleet(hubs, nodes, (clients[0], clients[1]))
 
 
 def at_once(calls: list[Callable[[], T]]) -> list[T]:
@@ -109,4 +108,5 @@ def at_once(calls: list[Callable[[], T]]) -> list[T]:
 
 
 def codes(answers: list[httpx.Response]) -> Counter[tuple[int, str]]:
-    return Counter((answer.status_code, answer.json().get("code", "")) for answer in answers)
+    """How many answers of each (status, code); a success's code is ``""``."""
+    return Counter((answer.status_code, "" if answer.is_success else answer.json()["code"]) for answer in answers)

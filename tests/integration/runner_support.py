@@ -207,7 +207,7 @@ def connected_machine(server: HubServer) -> Machine:
 # --- hub operations on the hub's event loop (HubServer.call) -----------------------------------------------------
 
 
-def _retrieve(task: asyncio.Task[Any]) -> None:
+def retrieve(task: asyncio.Task[Any]) -> None:
     if not task.cancelled():
         task.exception()  # marks it retrieved: no "never retrieved" noise at teardown
 
@@ -217,7 +217,7 @@ def spawn(server: HubServer, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any
 
     async def start() -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
-        task.add_done_callback(_retrieve)
+        task.add_done_callback(retrieve)
         await asyncio.sleep(0)  # let it run to its first suspension (an enqueue happens there)
         return task
 
@@ -256,7 +256,7 @@ def send(
         runners = server.hub.runners
         before = sum(1 for w in runners.pending_wires(runner_id) if w["payload"] == body)
         task = asyncio.get_running_loop().create_task(runners.send(runner_id, kind, body, account=None, profile=None))
-        task.add_done_callback(_retrieve)
+        task.add_done_callback(retrieve)
         while not task.done() and sum(1 for w in runners.pending_wires(runner_id) if w["payload"] == body) <= before:
             await asyncio.sleep(0.001)
         return task
@@ -274,7 +274,7 @@ def send_captured(
     async def start() -> tuple[asyncio.Task[Any], dict[str, Any]]:
         runners = server.hub.runners
         task = asyncio.get_running_loop().create_task(runners.send(runner_id, kind, body, account=None, profile=None))
-        task.add_done_callback(_retrieve)
+        task.add_done_callback(retrieve)
         wires: list[dict[str, Any]] = []
         while not task.done() and not (wires := [w for w in runners.pending_wires(runner_id) if w["payload"] == body]):
             await asyncio.sleep(0.001)  # the shared transport inserts the row on a worker thread

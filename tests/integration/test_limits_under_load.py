@@ -25,13 +25,13 @@ from talaria.settings import Settings
 from tests.backends import BACKENDS, raw_sql
 from tests.conftest import add_account, login
 from tests.integration.front_back_support import FrontBack, front_and_back
+from tests.integration.machine_load_support import THREADS, at_once, codes
 from tests.integration.runner_support import wait_until
 
 pytestmark = pytest.mark.usefixtures("fast_argon2")
 
 PER_HUB = 10  # chat.per_hub, small enough to reach with a few accounts
 PER_ACCOUNT = Settings().chat_per_account  # 8
-THREADS = 24
 PEOPLE = ("uma", "ulf", "ada")
 
 
@@ -50,10 +50,6 @@ class Load:
         client = self.client(who, i)
         with httpx.Client(base_url=client.base_url, headers=client.headers, cookies=client.cookies, timeout=60) as one:
             return one.request(method, path, **kwargs)
-
-    def at_once(self, calls: list[Callable[[], httpx.Response]]) -> list[httpx.Response]:
-        with ThreadPoolExecutor(THREADS) as pool:
-            return list(pool.map(lambda call: call(), calls))
 
     def listed(self, who: str, path: str, key: str) -> list[dict[str, Any]]:
         """Every item of a paged list of ``who``'s."""
@@ -99,10 +95,6 @@ def load(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Load]:
                     client.close()
 
 
-def codes(answers: list[httpx.Response]) -> Counter[tuple[int, str]]:
-    return Counter((answer.status_code, answer.json().get("code", "")) for answer in answers)
-
-
 def refused_as(answers: list[httpx.Response], allowed: set[tuple[int, str]]) -> None:
     """Every refusal among ``answers`` is one of ``allowed`` (a 429 with ``Retry-After``)."""
     for answer in answers:
@@ -130,11 +122,11 @@ def turns(load: Load, who: str, conversations: list[str], each: int) -> list[Cal
 def test_live_turns_stop_at_one_per_conversation_the_account_limit_and_the_hub_limit(load: Load) -> None:
     uma, ulf, ada = (load.conversations(who, n) for who, n in (("uma", 10), ("ulf", 4), ("ada", 2)))
     # uma alone: 30 turns into 10 conversations at once; her 8 (chat.per_account) are admitted, one per conversation
-    first = load.at_once(turns(load, "uma", uma, 3))
+    first = at_once(turns(load, "uma", uma, 3))
     refused_as(first, {(409, "turn_in_progress"), (429, "chat_turn_limit")})
     assert codes(first)[(202, "")] == PER_ACCOUNT == sum(live_turns(load, "uma", uma).values())
     # then everyone at once: the hub's 10 (chat.per_hub) fill with 2 of ulf's and ada's; uma stays at her 8
-    second = load.at_once(turns(load, "uma", uma, 2) + turns(load, "ulf", ulf, 3) + turns(load, "ada", ada, 3))
+    second = at_once(turns(load, "uma", uma, 2) + turns(load, "ulf", ulf, 3) + turns(load, "ada", ada, 3))
     refused_as(second, {(409, "turn_in_progress"), (429, "chat_turn_limit"), (429, "chat_busy")})
     assert codes(second)[(202, "")] == PER_HUB - PER_ACCOUNT
     assert sum(live_turns(load, "uma", uma).values()) == PER_ACCOUNT
@@ -151,7 +143,7 @@ def test_bots_stop_at_the_limit_per_account_and_a_name_is_taken_once(load: Load)
         return lambda: load.call(who, i, "POST", "/api/bots", json={"name": name, "source": "local",
                                                                     "profile": "default"})  # fmt: skip
 
-    answers = load.at_once([create("uma", i, name) for i, name in enumerate(names)]
+    answers = at_once([create("uma", i, name) for i, name in enumerate(names)]
                            + [create("ulf", i, f"Mine {i}") for i in range(10)])  # fmt: skip
     uma, ulf = answers[: len(names)], answers[len(names) :]
     refused_as(uma, {(409, "bot_limit"), (409, "duplicate_bot_name")})
@@ -170,7 +162,7 @@ def test_conversations_stop_at_the_limit_per_account(load: Load) -> None:
         return lambda: load.call(who, i, "POST", "/api/conversations", json={"botId": bot_id})
 
     over = limits.MAX_LIVE_CONVERSATIONS + 5
-    answers = load.at_once([create("uma", i, uma_bot) for i in range(over)]
+    answers = at_once([create("uma", i, uma_bot) for i in range(over)]
                            + [create("ulf", i, ulf_bot) for i in range(5)])  # fmt: skip
     uma, ulf = answers[:over], answers[over:]
     refused_as(uma, {(409, "conversation_limit")})
@@ -190,7 +182,7 @@ def test_unsent_attachments_stop_at_the_limit_per_conversation(load: Load) -> No
                                  headers={"Content-Type": "text/plain"})  # fmt: skip
 
     over = limits.MAX_UNSENT_ATTACHMENTS + 4
-    answers = load.at_once([upload(who, c, i) for who, c in zip(owners, conversations, strict=True)
+    answers = at_once([upload(who, c, i) for who, c in zip(owners, conversations, strict=True)
                             for i in range(over)])  # fmt: skip
     stored = raw_sql(load.hubs.back.settings, "SELECT id, conversation_id FROM chat_attachment")
     for n, conversation_id in enumerate(conversations):

@@ -1,8 +1,8 @@
 """The runner limits of runner-protocol.md 14 at their edges under concurrent load (issue 17 part 5): several
 runners at once, each pressed past its edge, on one SQLite hub and on two PostgreSQL replicas of one database with
-the requests alternating between them (the limits are counted under the runner's or the grant's row lock, scale.md
-3.7). Each runner admits exactly up to its edge and refuses the rest with the documented code; what was admitted is
-what the runner is given and what runs, once; no runner's load spills into another's.
+the requests alternating between them (the limits are counted under the runner's state row or the grant's row,
+scale.md 3.3). Each runner admits exactly up to its edge and refuses the rest with the documented code; what was
+admitted is what the runner is given and what runs, once; no runner's load spills into another's.
 
 - pending commands per runner: 64, then 429 ``runner_busy``;
 - tool calls per grant: 128 distinct ``callId``s, then 429 ``runner_call_limit`` (a repeat of an admitted one
@@ -31,7 +31,15 @@ from tests.backends import BACKENDS
 from tests.integration.front_back_support import front_and_back
 from tests.integration.grant_support import ProbeTools, account_ref, call, probe_grant
 from tests.integration.machine_load_support import Fleet, Newcomer, Node, at_once, codes, fleet_of
-from tests.integration.runner_support import OFF_LIST, admin_of, assert_machine_ok, outcome, wait_until
+from tests.integration.runner_support import (
+    OFF_LIST,
+    admin_of,
+    assert_machine_ok,
+    outcome,
+    pending_wire,
+    retrieve,
+    wait_until,
+)
 
 pytestmark = pytest.mark.usefixtures("fast_argon2")
 
@@ -61,62 +69,66 @@ def started_all(
         tasks = {key: loop.create_task(runners.send(nodes[key[0]].id, "http", payload, account=None, profile=None))
                  for key, payload in payloads.items()}  # fmt: skip
         for task in tasks.values():
-            task.add_done_callback(lambda done: done.cancelled() or done.exception())
+            task.add_done_callback(retrieve)
         return tasks
 
     tasks: dict[tuple[int, int], asyncio.Task[Any]] = server.call(start())
     return tasks
 
 
+def settled(server: HubServer, tasks: dict[tuple[int, int], asyncio.Task[Any]]) -> dict[tuple[int, int], Any]:
+    """The outcome of each of ``tasks`` that has ended, read on ``server``'s loop (the exception where it failed)."""
+
+    async def read() -> dict[tuple[int, int], Any]:
+        return {key: task.exception() or task.result() for key, task in tasks.items() if task.done()}
+
+    ended: dict[tuple[int, int], Any] = server.call(read())
+    return ended
+
+
 def test_each_runner_queues_exactly_64_commands_the_rest_are_runner_busy_and_the_queued_ones_run_once(
     fleet: Fleet,
 ) -> None:
-    over = limits.MAX_PENDING_COMMANDS + 6
+    over, top = limits.MAX_PENDING_COMMANDS + 6, limits.MAX_PENDING_COMMANDS
     wanted = {(r, n): dict(OFF_LIST, search=f"?runner={r}&n={n}") for n in range(over) for r in range(RUNNERS)}
     # each runner's command n from hub n % 2: both hubs start all of theirs in one go, at the same moment
     started = at_once([lambda i=i: started_all(fleet.server(i), {key: payload for key, payload in wanted.items()
                                                                    if key[1] % 2 == i}, fleet.nodes)
                        for i in (0, 1)])  # fmt: skip
-    sent = started[0] | started[1]
 
-    def queued(r: int) -> int:
-        return len(fleet.hubs.front.hub.runners.pending_wires(fleet.nodes[r].id))
+    def refused() -> dict[tuple[int, int], Any]:  # admitted sends wait for their answers: the ended ones were refused
+        return settled(fleet.server(0), started[0]) | settled(fleet.server(1), started[1])
 
-    def ended(server: HubServer, tasks: list[asyncio.Task[Any]]) -> int:
-        async def count() -> int:
-            return sum(1 for task in tasks if task.done())
+    def placed() -> bool:  # every send is in its runner's queue or refused
+        ended = Counter(r for r, _ in refused())
+        return all(len(pending_wire(fleet.hubs.front, node.id)) + ended[r] == over
+                   for r, node in enumerate(fleet.nodes))  # fmt: skip
 
-        done: int = server.call(count())
-        return done
-
-    def placed() -> bool:  # every send is in its runner's queue or answered
-        return all(
-            queued(r) + sum(ended(fleet.server(i), [sent[r, n] for n in range(i, over, 2)]) for i in (0, 1)) == over
-            for r in range(RUNNERS)
-        )  # fmt: skip
-
-    wait_until(placed, timeout=30, what="every command queued or refused")
+    # the sends expire 30 s after they start (the command deadline): placed, delivered and answered well within it
+    wait_until(placed, timeout=15, what="every command queued or refused")
+    errors = refused()
+    assert all(isinstance(error, TalariaError) for error in errors.values()), errors
+    for r in range(RUNNERS):
+        mine = Counter((e.code, e.status) for (runner, _), e in errors.items() if runner == r)
+        assert mine == Counter({("runner_busy", 429): over - top}), (r, mine)
+    delivered: list[tuple[Node, dict[str, Any]]] = []
     for r, node in enumerate(fleet.nodes):
-        refused = {n: outcome(fleet.server(n), sent[r, n]) for n in range(over) if sent[r, n].done()}
-        assert {(e.code, e.status) for e in refused.values() if isinstance(e, TalariaError)} == {("runner_busy", 429)}
-        assert len(refused) == over - limits.MAX_PENDING_COMMANDS, sorted(refused)
-        admitted = {f"?runner={r}&n={n}" for n in range(over) if n not in refused}
-        delivered: list[dict[str, Any]] = []
-        while len(delivered) < limits.MAX_PENDING_COMMANDS:  # a poll with commands queued answers at once
-            delivered += assert_machine_ok(node.machines[len(delivered) % 2].poll())["commands"]
-        assert sorted(c["payload"]["search"] for c in delivered) == sorted(admitted), "what was queued, once"
+        commands: list[dict[str, Any]] = []
+        while len(commands) < top:  # a poll with commands queued answers at once
+            commands += assert_machine_ok(node.machines[len(commands) % 2].poll())["commands"]
+        admitted = [f"?runner={r}&n={n}" for n in range(over) if (r, n) not in errors]
+        assert sorted(c["payload"]["search"] for c in commands) == sorted(admitted), "what was queued, once"
+        delivered += [(node, command) for command in commands]
 
-        def answer(i: int, command: dict[str, Any], node: Node = node) -> httpx.Response:
-            return fleet.post(
-                i, node.machines[0], "result", {"id": command["id"], "result": command["payload"]["search"]}
-            )
+    def answer(i: int, node: Node, command: dict[str, Any]) -> httpx.Response:
+        return fleet.post(i, node.machines[0], "result", {"id": command["id"], "result": command["payload"]["search"]})
 
-        answers = at_once([lambda i=i, c=c: answer(i, c) for i, c in enumerate(delivered)])  # fmt: skip
-        assert [assert_machine_ok(a) for a in answers] == [{"ok": True}] * len(delivered)
-        for n in range(over):
-            if n not in refused:
-                assert outcome(fleet.server(n), sent[r, n]) == f"?runner={r}&n={n}"
-        assert queued(r) == 0
+    answers = at_once([lambda i=i, n=n, c=c: answer(i, n, c) for i, (n, c) in enumerate(delivered)])  # fmt: skip
+    assert [assert_machine_ok(a) for a in answers] == [{"ok": True}] * len(delivered)
+    for (r, n), payload in wanted.items():
+        if (r, n) not in errors:
+            assert outcome(fleet.server(n), started[n % 2][r, n]) == payload["search"]
+    assert all(pending_wire(fleet.hubs.front, node.id) == [] for node in fleet.nodes)
 
 
 def test_each_grant_runs_exactly_128_distinct_calls_the_rest_are_runner_call_limit_and_repeats_run_nothing(

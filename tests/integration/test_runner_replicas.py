@@ -29,7 +29,7 @@ from talaria.testing.hub_server import HubServer
 from talaria.testing.postgres_server import PostgresServer
 from tests.backends import postgres_database, raw_sql
 from tests.conftest import PASSWORD, add_account, login
-from tests.integration.grant_support import ProbeTools, answered, call, probe_grant, take
+from tests.integration.grant_support import ProbeTools, account_ref, answered, call, probe_grant, take
 from tests.integration.runner_support import (
     OFF_LIST,
     Machine,
@@ -64,9 +64,7 @@ class Pair:
         self.on_b.epoch = self.on_a.epoch
 
     def account(self, username: str = "root") -> AccountRef:
-        record = self.a.hub.accounts.get(username)
-        assert record is not None
-        return AccountRef(record.username, record.tenant, record.auth_version)
+        return account_ref(self.a, username)
 
     def close(self) -> None:
         for client in (self.on_a, self.on_b):

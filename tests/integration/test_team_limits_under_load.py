@@ -2,15 +2,18 @@
 each with two round grants on a runner of its own, call the team tools many at a time, through one SQLite hub or
 alternately through two PostgreSQL replicas of one database (a call reaching the replica that does not own its grant
 runs there, from the grant's description; scale.md 4.3). Every mutating call of one owner takes the owner's row
-first, so the limits count one call after another across replicas (scale.md 3.7):
+first, so the limits count one call after another across replicas:
 
 - teams per administrator: 20, then 409 ``team_limit``; a ``requestId`` sent twice at once answers the same;
 - open goals per team: 4, then 409 ``goal_limit``;
 - assignments per goal: 32, then 409 ``assignment_limit``;
 - goal turns (``running`` assignments): at most 4 per goal and 10 per account; the rest stay ``pending``.
 
-The members' bots are on a source whose runner is registered but never connected, so a dispatched assignment stays
-``running`` for the whole test. The limits one call at a time are test_team_tool_calls.py's."""
+The lead and member bots are on a source whose runner is registered but never connected: the user turn in the
+lead's conversation that the round belongs to stays live (so its goals stay ``running`` and no wake starts), and a
+dispatched assignment stays ``running``, for the whole test. Each round's two grants are opened on a connected runner
+of its own (a raw instance), and give it twice a round's 128 calls. The limits one call at a time are
+test_team_tool_calls.py's."""
 
 from __future__ import annotations
 
@@ -72,12 +75,13 @@ def result(answer: httpx.Response) -> dict[str, Any]:
 
 
 def lead_of(fleet: Fleet, owner: str, node: Node) -> Lead:
-    """``owner``'s lead bot (team permission, on ``node``'s source), its writers on ``FAR``, a conversation with the
-    lead, and two grants of one round of it opened by the front hub and answered through the back one."""
+    """``owner``'s lead bot (team permission) and its writers on ``FAR``, a conversation with the lead and a user turn
+    in it (live: ``FAR`` is never connected), and two grants of that turn's round on ``node``, opened by the front hub
+    and answered through the back one."""
     hubs = fleet.hubs
     client = login(hubs.front, owner)
     try:
-        made = client.post("/api/bots", json={"name": "Lead", "source": source_of(fleet, node), "profile": "default"})
+        made = client.post("/api/bots", json={"name": "Lead", "source": FAR, "profile": "default"})
         assert made.status_code == 201, made.text
         lead = made.json()["bot"]["id"]
         assert client.patch(f"/api/bots/{lead}", json={"teamPermission": True}).status_code == 200
@@ -88,21 +92,19 @@ def lead_of(fleet: Fleet, owner: str, node: Node) -> Lead:
             writers.append(answer.json()["bot"]["id"])
         conversation = client.post("/api/conversations", json={"botId": lead})
         assert conversation.status_code == 201, conversation.text
+        conversation_id = conversation.json()["conversation"]["id"]
+        turn = client.post(f"/api/conversations/{conversation_id}/turns", json={"text": "make the crews"})
+        assert turn.status_code == 202, turn.text
         revision = client.get(f"/api/bots/{lead}").json()["bot"]["revision"]
     finally:
         client.close()
     account = hubs.front.hub.accounts.get(owner)
     assert account is not None
     round = Round(tenant=account.tenant, owner=owner, auth_version=account.auth_version, bot_id=lead,
-                  bot_revision=revision, conversation_id=conversation.json()["conversation"]["id"],
-                  turn_id=f"trn_{owner}", trigger=USER, grant_id="", runner_id=node.id,
-                  source=source_of(fleet, node), profile="default")  # fmt: skip
+                  bot_revision=revision, conversation_id=conversation_id, turn_id=turn.json()["turn"]["id"],
+                  trigger=USER, grant_id="", runner_id=node.id, source=FAR, profile="default")  # fmt: skip
     grants = [round_grant(hubs.front, node.machines[1], round) for _ in range(2)]
     return Lead(owner, node, writers, grants)
-
-
-def source_of(fleet: Fleet, node: Node) -> str:
-    return f"s{fleet.nodes.index(node)}"
 
 
 @pytest.fixture(params=BACKENDS)
@@ -180,12 +182,13 @@ def test_team_limits_hold_at_their_edges_with_two_owners_calling_at_once(site: S
     made_of = {"uma": limits.MAX_ASSIGNMENTS_PER_GOAL + 2 * 4, "ulf": limits.MAX_ASSIGNMENTS_PER_GOAL}
     edge = {"uma": top_account, "ulf": top_goal}
 
-    def running(who: str) -> list[int]:
-        return [len(site.rows("SELECT id FROM assignment WHERE goal_id = ? AND status = 'running'", goal))
-                for goal in opened[who][:3]]  # fmt: skip
+    def running() -> dict[str, list[int]]:  # each owner's running assignments, per goal (one query)
+        rows = site.rows("SELECT owner, goal_id, count(*) AS n FROM assignment WHERE status = 'running'"
+                         " GROUP BY owner, goal_id")  # fmt: skip
+        return {who: [int(row["n"]) for row in rows if row["owner"] == who] for who in OWNERS}
 
     try:
-        wait_until(lambda: all(sum(running(who)) == edge[who] for who in OWNERS), timeout=30,
+        wait_until(lambda: {who: sum(n) for who, n in running().items()} == edge, timeout=30,
                    what="the goal turns to start")  # fmt: skip
     except AssertionError:
         query = "SELECT owner, goal_id, status, count(*) AS n FROM assignment GROUP BY owner, goal_id, status"
@@ -197,7 +200,12 @@ def test_team_limits_hold_at_their_edges_with_two_owners_calling_at_once(site: S
         reconciler.wake()
     wait_until(lambda: [r.reconcile.passes for r in reconcilers if r is not None] != passes, timeout=30,
                what="another reconciler pass")  # fmt: skip
+    after = running()
     for who in OWNERS:
-        assert sum(running(who)) == edge[who] and max(running(who)) <= top_goal, (who, running(who))
+        assert sum(after[who]) == edge[who] and max(after[who]) <= top_goal, (who, after[who])
         statuses = Counter(row["status"] for row in site.rows("SELECT status FROM assignment WHERE owner = ?", who))
         assert statuses == Counter({"running": edge[who], "pending": made_of[who] - edge[who]}), (who, statuses)
+    goals = Counter(row["status"] for row in site.rows("SELECT status FROM goal"))
+    assert goals == Counter({"running": len(OWNERS) * 3 * limits.MAX_OPEN_GOALS_PER_TEAM}), "no goal went to review"
+    turns = Counter((row["trigger"], row["state"]) for row in site.rows("SELECT trigger, state FROM chat_turn"))
+    assert turns == Counter({("user", "pending"): len(OWNERS)}), "the rounds' own turns, live; no wake"

@@ -1,7 +1,8 @@
 """The runner hub of PostgreSQL replicas: connection states and the command queue in tables, so that any replica
 serves any runner request (scale.md 3.1-3.4; ADR 0045). The other ``RunnerTransport``, beside ``RunnerHub``.
 
-- **States.** ``runner_conn`` holds one state per runner; gates 3-8 run in one transaction holding its row. An
+- **States.** ``runner_conn`` holds one state per runner; gates 3-8 run in one transaction holding its row, and a
+  poll first holds the runner's advisory lock (one runner's polls replace and make states one at a time, ADR 0068). An
   epoch is a new UUID and belongs to its row: it changes exactly when the row is replaced (reset, goodbye,
   watchdog, another instance, disable), never because a replica stopped, restarted or crashed.
 - **Queue.** ``runner_command`` rows, one outcome each (``result``, ``error``, ``offline``, ``uncertain``,
@@ -233,7 +234,7 @@ class SharedRunnerHub:
         with self.store.write() as tx:
             if poll:  # polls replace and make states: one at a time per runner, across replicas
                 tx.one("runner_conn_poll_lock", runner_id=runner_id)
-            for _ in range(3):  # a row deleted while this transaction waited for it (a disconnect): look again
+            for _ in range(3):  # an insert lost to another transaction's: look again (not while polls hold the lock)
                 row = tx.one("runner_conn_lock", runner_id=runner_id)
                 if poll and reset and row is not None and row["instance"] == instance:
                     ended.append(self._end(tx, row, "reset", now))
@@ -264,7 +265,7 @@ class SharedRunnerHub:
                         tx.run("runner_conn_drain", runner_id=runner_id, epoch=made["epoch"], now=now)
                         state |= {"draining_since": now, "drain_started": True}
                     return ended, state, True, None
-            else:  # pragma: no cover - a row inserted and deleted twice while this transaction waited
+            else:  # pragma: no cover - only polls insert, and they hold runner_conn_poll_lock: a bound, not a path
                 raise TalariaError("store_unavailable", "the runner's connection state kept changing; retry")
             held_by = row["poll_replica"]
             tx.run("runner_conn_touch", runner_id=runner_id, now=now, features=features, runner_version=version,

@@ -5,8 +5,10 @@ SELECT runner_id, instance, epoch, created_at, seen_at, features, runner_version
 FROM runner_conn WHERE runner_id = :runner_id FOR UPDATE
 
 -- name: runner_conn_poll_lock
--- One runner's polls, one at a time, before its row: a poll that replaces the state deletes the row the next one
--- waits for, which would then find no row and lose its insert to a third (409 runner_instance_limit, not 503).
+-- One runner's polls, one at a time, before its row (ADR 0068): a poll that replaces the state deletes the row the
+-- next one waits for, which would then find no row and lose its insert to a third. Key: (7346298, the runner id's
+-- hash), in the two-int space of advisory locks, apart from the one-bigint keys (chat_turn_limit_lock, migrations);
+-- two runners whose ids share a hash only wait for each other's polls.
 SELECT pg_advisory_xact_lock(7346298, hashtext(:runner_id)) AS locked
 
 -- name: runner_conn_get
@@ -16,7 +18,7 @@ SELECT runner_id, instance, epoch, created_at, seen_at, features, runner_version
 FROM runner_conn WHERE runner_id = :runner_id
 
 -- name: runner_conn_insert
--- A poll with no state makes one; 0 rows when another replica's poll made it first (lock it then).
+-- A poll with no state makes one (holding runner_conn_poll_lock, so no other poll can make it first).
 INSERT INTO runner_conn (runner_id, instance, epoch, created_at, seen_at, features, runner_version, poll_token,
                          poll_replica)
 VALUES (:runner_id, :instance, :epoch, :now, :now, :features, :runner_version, :poll_token, :poll_replica)

@@ -128,11 +128,12 @@ class Executions:
         user's prompt starts a run, and a run completed when any of its requests ended with a reply."""
         started = [(turn.text, turn.status == "complete") for fixture in fixtures for turn in fixture.turns()]
         agent = [r for r in (model.chat_requests() if model else []) if r.tools and not _summary(r)]
-        replied = {_marker(r.prompt) for r in agent if r.finish == "stop"} - {None}
-        real = [(r.last_user, _marker(r.last_user) in replied) for r in agent if r.last_user is not None]
+        replied = {found[0] for r in agent if r.finish == "stop" and (found := _marker(r.prompt))}
+        real = [(r.last_user, bool((found := _marker(r.last_user)) and found[0] in replied))
+                for r in agent if r.last_user is not None]  # fmt: skip
         made = cls(Counter(), Counter(), [], {}, set(), sum(1 for text, _ in real if _marker(text)))
         for text, complete in started + real:
-            found = RUN_MARKER.match(text.rstrip().rsplit("\n", 1)[-1])
+            found = _marker(text)
             if found is None:
                 continue
             made.runs[found[1]] += 1
@@ -145,10 +146,9 @@ class Executions:
         return made
 
 
-def _marker(text: str) -> str | None:
-    """The run marker on the prompt's last line, or None."""
-    last = text.rstrip().rsplit("\n", 1)[-1]
-    return last if RUN_MARKER.match(last) else None
+def _marker(text: str) -> re.Match[str] | None:
+    """The run marker on the prompt's last line (the whole marker, its run and its work), or None."""
+    return RUN_MARKER.match(text.rstrip().rsplit("\n", 1)[-1])
 
 
 def _summary(request: LoggedRequest) -> bool:

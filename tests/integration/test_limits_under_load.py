@@ -144,7 +144,7 @@ def test_bots_stop_at_the_limit_per_account_and_a_name_is_taken_once(load: Load)
                                                                     "profile": "default"})  # fmt: skip
 
     answers = at_once([create("uma", i, name) for i, name in enumerate(names)]
-                           + [create("ulf", i, f"Mine {i}") for i in range(10)])  # fmt: skip
+                      + [create("ulf", i, f"Mine {i}") for i in range(10)])  # fmt: skip
     uma, ulf = answers[: len(names)], answers[len(names) :]
     refused_as(uma, {(409, "bot_limit"), (409, "duplicate_bot_name")})
     assert codes(uma)[(201, "")] == limits.MAX_LIVE_BOTS
@@ -163,7 +163,7 @@ def test_conversations_stop_at_the_limit_per_account(load: Load) -> None:
 
     over = limits.MAX_LIVE_CONVERSATIONS + 5
     answers = at_once([create("uma", i, uma_bot) for i in range(over)]
-                           + [create("ulf", i, ulf_bot) for i in range(5)])  # fmt: skip
+                      + [create("ulf", i, ulf_bot) for i in range(5)])  # fmt: skip
     uma, ulf = answers[:over], answers[over:]
     refused_as(uma, {(409, "conversation_limit")})
     assert codes(uma) == Counter({(201, ""): limits.MAX_LIVE_CONVERSATIONS, (409, "conversation_limit"): 5})
@@ -183,7 +183,7 @@ def test_unsent_attachments_stop_at_the_limit_per_conversation(load: Load) -> No
 
     over = limits.MAX_UNSENT_ATTACHMENTS + 4
     answers = at_once([upload(who, c, i) for who, c in zip(owners, conversations, strict=True)
-                            for i in range(over)])  # fmt: skip
+                       for i in range(over)])  # fmt: skip
     stored = raw_sql(load.hubs.back.settings, "SELECT id, conversation_id FROM chat_attachment")
     for n, conversation_id in enumerate(conversations):
         mine = answers[n * over : (n + 1) * over]

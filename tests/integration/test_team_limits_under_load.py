@@ -205,7 +205,7 @@ def test_team_limits_hold_at_their_edges_with_two_owners_calling_at_once(site: S
         assert sum(after[who]) == edge[who] and max(after[who]) <= top_goal, (who, after[who])
         statuses = Counter(row["status"] for row in site.rows("SELECT status FROM assignment WHERE owner = ?", who))
         assert statuses == Counter({"running": edge[who], "pending": made_of[who] - edge[who]}), (who, statuses)
-    goals = Counter(row["status"] for row in site.rows("SELECT status FROM goal"))
-    assert goals == Counter({"running": len(OWNERS) * 3 * limits.MAX_OPEN_GOALS_PER_TEAM}), "no goal went to review"
+    statuses = Counter(row["status"] for row in site.rows("SELECT status FROM goal"))
+    assert statuses == Counter({"running": len(OWNERS) * 3 * limits.MAX_OPEN_GOALS_PER_TEAM}), "no goal went to review"
     turns = Counter((row["trigger"], row["state"]) for row in site.rows("SELECT trigger, state FROM chat_turn"))
     assert turns == Counter({("user", "pending"): len(OWNERS)}), "the rounds' own turns, live; no wake"
